@@ -1,0 +1,61 @@
+# The two ways in: `make demo` and `make test`. Both set up .venv from the pinned environment when needed.
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+BIN   := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.mtnlg-installed
+BUILD := .build
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: demo test lab env check-sync check-clean pytest readme export clean-build
+
+env: $(STAMP)
+
+# Idempotent set-up: rebuilt only when the pins, setup.py or settings.ini change.
+$(STAMP): environments/cpu.txt setup.py settings.ini
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@echo "== installing the pinned CPU environment into $(VENV) (first time: a few minutes)"
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -r environments/cpu.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name mtnlg --display-name "Python (mtnlg)" >/dev/null
+	@$(PY) -c "import torch, deepspeed, megatron.core, nbdev; print('== torch', torch.__version__, '| deepspeed', deepspeed.__version__, '| megatron-core', megatron.core.__version__, '| nbdev', nbdev.__version__)"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mtnlg demo
+
+test: $(STAMP) check-sync check-clean pytest
+
+# (1) the library must be exactly what the notebooks export
+check-sync: $(STAMP)
+	@rm -rf $(BUILD)/sync && mkdir -p $(BUILD)/sync && cp -r nbs mtnlg settings.ini $(BUILD)/sync/
+	@cd $(BUILD)/sync && $(BIN)/nbdev_export
+	@diff -r -x __pycache__ $(BUILD)/sync/mtnlg mtnlg >/dev/null || { diff -r -x __pycache__ $(BUILD)/sync/mtnlg mtnlg | head -20; \
+	  echo "FAIL: mtnlg/ differs from what nbs/ exports: edit the notebook, then run nbdev_export"; exit 1; }
+	@echo "== check-sync: mtnlg/ matches the notebooks"
+
+# (2) notebooks must be committed clean (nbdev_clean; papermill's parameters tag is kept)
+check-clean: $(STAMP)
+	@rm -rf $(BUILD)/clean && mkdir -p $(BUILD)/clean && cp -r nbs settings.ini $(BUILD)/clean/
+	@cd $(BUILD)/clean && $(BIN)/nbdev_clean --fname nbs
+	@diff -r $(BUILD)/clean/nbs nbs >/dev/null || { diff -rq $(BUILD)/clean/nbs nbs; \
+	  echo "FAIL: notebooks are not clean: run nbdev_clean"; exit 1; }
+	@echo "== check-clean: notebooks are clean"
+
+# (3) tests/ and every notebook in nbs/ (through nbdev's runner, so `#| eval: false` is honoured)
+pytest: $(STAMP)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+export: $(STAMP)
+	$(VENV)/bin/nbdev_export && $(VENV)/bin/nbdev_clean
+
+readme: $(STAMP)
+	$(VENV)/bin/jupyter nbconvert --to markdown --execute --ExecutePreprocessor.kernel_name=mtnlg nbs/index.ipynb --output-dir $(BUILD)/readme
+	mv $(BUILD)/readme/index.md README.md
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --allow-root --no-browser --ip 127.0.0.1 --notebook-dir nbs
+
+clean-build:
+	rm -rf $(BUILD)

@@ -1,0 +1,21 @@
+"""Shared helpers for the test suite."""
+import os, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MTNLG_SHARED", ROOT.parent / "shared"))
+
+def run_notebook_tests(nb_path, timeout=1200):
+    "Run one notebook through nbdev's test runner in a fresh process; (ok, output)."
+    code = ("import sys; from pathlib import Path; from nbdev.test import test_nb; "
+            "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['notest', 'slow'], showerr=True); sys.exit(0 if ok else 1)")
+    p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout)
+    return p.returncode == 0, p.stdout + p.stderr
+
+@pytest.fixture(scope="session")
+def shared_data():
+    "Path to ../shared/data (real corpora and evaluation sets)."
+    d = SHARED / "data"
+    if not d.exists(): pytest.fail(f"{d} is missing: put the shared data folder beside the repo or set MTNLG_SHARED")
+    return d

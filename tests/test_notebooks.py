@@ -1,0 +1,10 @@
+"""Every notebook in nbs/ runs clean through nbdev's notebook test runner (one process per notebook)."""
+import pytest
+from conftest import ROOT, run_notebook_tests
+
+NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb"))
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook(nb):
+    ok, out = run_notebook_tests(nb)
+    assert ok, f"notebook {nb.name} failed:\n{out[-6000:]}"
