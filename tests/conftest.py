@@ -6,11 +6,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("MTNLG_SHARED", ROOT.parent / "shared"))
 
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
 def run_notebook_tests(nb_path, timeout=1200):
     "Run one notebook through nbdev's test runner in a fresh process; (ok, output)."
     code = ("import sys; from pathlib import Path; from nbdev.test import test_nb; "
             "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['notest', 'slow'], showerr=True); sys.exit(0 if ok else 1)")
-    p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}   # as from a fresh shell, whatever ran before
+    p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode == 0, p.stdout + p.stderr
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,146 @@
+"""Worker launched by tests/test_parallel.py under torchrun: runs several layouts in one launch.
+
+The launch's processes are regrouped, phase by phase, into independent sub-worlds (each its own process group on
+its own port, made by mtnlg.topology.init_distributed from RANK/WORLD_SIZE/MASTER_PORT), so one 8-process launch
+runs e.g. TP2xPP2xDP2 on all 8, then PP4 on 4 + TP2 on 2 + PP2 on 2 side by side, and so on. Each job trains 5
+steps from the same seeded full state and writes its losses, gradient norms, a slice->gather round-trip check and
+log-probabilities to OUT/<job>.json for the test to compare with the 1-process reference job.
+
+Usage: torchrun --nproc-per-node N tests/parallel_worker.py PLAN.json OUT_DIR
+"""
+import json, os, sys, time, traceback, warnings
+warnings.filterwarnings("ignore")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import torch
+
+from mtnlg.config import load_config
+from mtnlg.topology import init_distributed, shutdown
+from mtnlg.model import GPT, FullInit, init_full_state, load_full_state as load_gpt
+from mtnlg.pipeline import (build_pipeline, build_engine, load_full_state, gather_full_state, eval_logprobs,
+                            param_groups)
+from mtnlg.eval import gpt_scorer, pipeline_scorer
+
+GLOBAL_BATCH, STEPS = 8, 5
+
+
+def make_cfg(job):
+    ov = {"vocab": 1000, "layers": 6, "hidden": 64, "heads": 4, "seq": 32, "micro_batch": 2,
+          "global_batch": GLOBAL_BATCH, "seed": 1234, "lr": 1e-3, "model.pad_vocab_to": 48,
+          "optim.grad_clip": 1.0, "optim.weight_decay": 0.1, "model.hidden_dropout": 0.0,
+          "model.attention_dropout": 0.0, "precision": "fp32", "zero": 0}
+    ov.update(job.get("set", {}))
+    return load_config("tiny", overrides=ov)
+
+
+def step_batch(cfg, step):
+    "The global batch of `step`: GLOBAL_BATCH sequences of seq_length+1 tokens."
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randint(0, cfg.model.vocab_size, (GLOBAL_BATCH, cfg.model.seq_length + 1), generator=g)
+
+
+def micro_batches(cfg, step, dp, dp_rank):
+    t = step_batch(cfg, step)
+    rows = t.chunk(dp)[dp_rank]
+    return [(m[:, :-1].contiguous(), m[:, 1:].contiguous()) for m in rows.split(cfg.parallel.micro_batch)]
+
+
+def eval_batch(cfg):
+    t = torch.randint(0, cfg.model.vocab_size, (cfg.parallel.micro_batch, cfg.model.seq_length + 1), generator=torch.Generator().manual_seed(7))
+    return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+
+
+def scorer_requests(cfg):
+    "Scoring requests of different lengths (two batches of 4 of different shapes), and contexts to continue."
+    g = torch.Generator().manual_seed(11)
+    tok = lambda n: torch.randint(0, cfg.model.vocab_size, (n,), generator=g).tolist()
+    reqs = [(tok(5 + 4 * i), tok(1 + i % 3)) for i in range(6)] + [(tok(40), tok(2))]   # the last is cut to the window
+    return reqs, [tok(3 + 5 * i) for i in range(5)]
+
+
+def score(scorer, cfg, out):
+    "What evaluation asks of a scorer: log-likelihoods with greedy flags, and 3 greedily generated tokens."
+    reqs, ctxs = scorer_requests(cfg)
+    ll = scorer.loglikelihood(reqs)
+    out.update(score_ll=[x for x, _ in ll], score_greedy=[f for _, f in ll], score_gen=scorer.greedy_generate(ctxs, 3))
+
+
+def run_reference(cfg, out):
+    "1-process reference: plain GPT module, torch AdamW, torch clip_grad_norm_."
+    topo = init_distributed(cfg.parallel, timeout_s=120, run_cfg=cfg)
+    full = init_full_state(cfg.model, cfg.seed)
+    model = load_gpt(GPT(cfg.model), full, cfg.model)
+    o = cfg.optim
+    opt = torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps)
+    with torch.no_grad():
+        model.eval(); lp, greedy = model.logprobs(*eval_batch(cfg))
+        score(gpt_scorer(model, batch_size=4), cfg, out); model.train()
+    out.update(eval_logp=lp.tolist(), eval_greedy=greedy.tolist())
+    for step in range(STEPS):
+        t = step_batch(cfg, step)
+        opt.zero_grad()
+        loss = model.loss(t[:, :-1], t[:, 1:])
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
+        opt.step()
+        out["loss"].append(loss.item()); out["gnorm"].append(norm.item())
+    return topo
+
+
+def run_layout(cfg, out):
+    topo = init_distributed(cfg.parallel, timeout_s=120, run_cfg=cfg)
+    full = init_full_state(cfg.model, cfg.seed)
+    module = load_full_state(build_pipeline(cfg, topo), FullInit(cfg.model, cfg.seed), cfg)   # as training does it
+    back = gather_full_state(module, topo)                       # slice -> gather round trip
+    if topo.rank == 0:
+        bad = [n for n in full if n not in back or not torch.equal(back[n], full[n])]
+        out["roundtrip_bad"] = bad + sorted(set(back) - set(full))
+    engine = build_engine(cfg, topo, module)
+    x, y = eval_batch(cfg)
+    res = eval_logprobs(engine, iter([(x, y)]), num_micro_batches=1)
+    if res is not None and topo.tp_rank == 0 and topo.dp_rank == 0:
+        out["eval_logp"] = torch.cat([r[0] for r in res]).tolist()
+        out["eval_greedy"] = torch.cat([r[1] for r in res]).tolist()
+    if cfg.precision == "fp32": score(pipeline_scorer(engine, topo, batch_size=4), cfg, out)   # then training goes on
+    for step in range(STEPS):
+        loss = engine.train_batch(iter(micro_batches(cfg, step, topo.dp, topo.dp_rank)))
+        out["loss"].append(float(loss)); out["gnorm"].append(float(engine.get_global_grad_norm()))
+    return topo
+
+
+def main():
+    plan, outdir = json.load(open(sys.argv[1])), sys.argv[2]
+    grank, base_port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)   # sub-worlds make their own stores
+    port = base_port
+    ok = True
+    for phase in plan:
+        for job in phase:
+            port += 1
+            first, n = job["ranks"]
+            if not first <= grank < first + n: continue
+            os.environ.update(RANK=str(grank - first), WORLD_SIZE=str(n), LOCAL_RANK=str(grank - first),
+                              MASTER_PORT=str(port), MASTER_ADDR="127.0.0.1")
+            cfg = make_cfg(job)
+            out = {"name": job["name"], "loss": [], "gnorm": []}
+            t0 = time.time()
+            topo = None
+            try:
+                topo = (run_reference if job.get("reference") else run_layout)(cfg, out)
+            except Exception as e:
+                ok = False
+                out["error"] = f"rank {grank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+            out["seconds"] = round(time.time() - t0, 1)
+            local = int(os.environ["RANK"])
+            if local == 0 or "error" in out:
+                path = os.path.join(outdir, f"{job['name']}.json" if local == 0 else f"{job['name']}.err{grank}.json")
+                json.dump(out, open(path + ".tmp", "w")); os.replace(path + ".tmp", path)
+            if "eval_logp" in out and local != 0:                   # last stage's log-probs
+                path = os.path.join(outdir, f"{job['name']}.eval.json")
+                json.dump(out, open(path + ".tmp", "w")); os.replace(path + ".tmp", path)
+            if "error" in out: sys.exit(1)
+            shutdown()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Tests of mtnlg.data: tokenizer, bad input, atomic indexed datasets, curation steps, blending, CLI."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import numpy as np
+import pytest
+
+from mtnlg.config import DataConfig
+from mtnlg import data as D
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpt2_known_ids():
+    t = D.get_tokenizer("gpt2")
+    assert t.tokenize("Hello world") == [15496, 995]
+    assert t.tokenize(" the") == [262] and t.eod == 50256 and t.vocab_size == 50257
+    assert t.detokenize(t.tokenize("naïve café — ok")) == "naïve café — ok"
+
+
+def _docs(tmp_path, name, texts):
+    p = tmp_path / f"{name}.jsonl"
+    p.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return p
+
+
+@pytest.mark.parametrize("content,kind,line", [
+    (b'{"text": "ok"}\n{"text": oops}\n', "malformed JSON", 2),
+    (b'{"text": "ok"}\n{"text": "ok"}\n{"text": "bad \xff byte"}\n', "not UTF-8", 3),
+    (b'{"text": "ok"}\n{"text": "   "}\n', "empty document", 2),
+    (b'{"body": "no text field"}\n', "no string field 'text'", 1),
+])
+def test_bad_input_names_file_and_line(tmp_path, content, kind, line):
+    p = tmp_path / "in.jsonl"; p.write_bytes(content)
+    with pytest.raises(D.DataError) as e: list(D.read_documents(D.Source("s", str(p))))
+    assert f"in.jsonl:{line}" in str(e.value) and kind in str(e.value) and "on_error" in str(e.value)
+    sk = D.Skips()
+    list(D.read_documents(D.Source("s", str(p)), on_error="skip", skips=sk))
+    assert sum(sk.values()) == 1 and list(sk.first.values())[0].endswith(f"in.jsonl:{line}")
+
+
+def test_compressed_and_missing(tmp_path):
+    import gzip, zstandard
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "gz doc"}\n'))
+    (tmp_path / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "zst doc"}\n'))
+    got = [d["text"] for d in D.read_documents(D.Source("s", str(tmp_path), glob="*.jsonl.*"))]
+    assert got == ["gz doc", "zst doc"]
+    with pytest.raises(D.DataError, match="does not exist"): D.parse_source(f"x={tmp_path}/nope.jsonl")
+
+
+def test_hf_load_from_disk(tmp_path):
+    import datasets
+    datasets.Dataset.from_dict({"text": ["one doc", "two doc"]}).save_to_disk(str(tmp_path / "hf"))
+    assert [d["text"] for d in D.read_documents(D.Source("hf", str(tmp_path / "hf")))] == ["one doc", "two doc"]
+
+
+def test_tokenize_matches_tokenizer_and_is_atomic(tmp_path, shared_data):
+    texts = [(shared_data / "corpus/tinyshakespeare/input.txt").read_text()[i:i + 2000] for i in range(0, 200_000, 2000)]
+    src = _docs(tmp_path, "shk", texts)
+    r = D.tokenize_to_indexed(src, tmp_path / "out/shk", workers=2, batch_docs=7, log=None)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    ds = IndexedDataset(str(tmp_path / "out/shk"))
+    tok = D.get_tokenizer("gpt2")
+    assert len(ds) == len(texts) == r["documents"]
+    for i in (0, 37, 99):   # order kept across workers, EOD after each document
+        assert list(ds[i]) == tok.tokenize(texts[i]) + [50256]
+    assert r["tokens"] == sum(len(tok.tokenize(t)) + 1 for t in texts)
+    # a bad line in the middle: error, and no .bin/.idx (old pair removed? no: old pair stays untouched)
+    bad = tmp_path / "bad.jsonl"; bad.write_text(src.read_text() + "{broken\n")
+    with pytest.raises(D.DataError, match="bad.jsonl:101"):
+        D.tokenize_to_indexed(bad, tmp_path / "out/bad", workers=2, log=None)
+    assert not list((tmp_path / "out").glob("bad*")) and not list((tmp_path / "out").glob("*.tmp-*"))
+
+
+def test_killed_run_leaves_nothing_valid(tmp_path, shared_data):
+    text = (shared_data / "corpus/gutenberg/melville-moby_dick.txt").read_text()
+    src = _docs(tmp_path, "big", [text[i:i + 5000] for i in range(0, len(text), 5000)] * 6)
+    code = (f"from mtnlg.data import tokenize_to_indexed; tokenize_to_indexed({str(src)!r}, {str(tmp_path / 'o/big')!r}, "
+            "workers=1, batch_docs=4, log=None)")
+    p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 60
+    while time.time() < deadline and not list((tmp_path / "o").glob("*.tmp-*")): time.sleep(0.05)
+    assert list((tmp_path / "o").glob("*.tmp-*")), "the run never started writing"
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert not (tmp_path / "o/big.bin").exists() and not (tmp_path / "o/big.idx").exists()
+
+
+def test_curation_steps(tmp_path, shared_data):
+    import collections
+    stats = collections.defaultdict(collections.Counter)
+    book = (shared_data / "corpus/gutenberg/austen-persuasion.txt").read_text()[:40_000]
+    words = book.split(); words[::150] = ["X"] * len(words[::150])
+    near, other = " ".join(words), (shared_data / "corpus/gutenberg/blake-poems.txt").read_text()[:40_000]
+    docs = [{"id": i, "source": s, "text": t} for i, (s, t) in
+            enumerate([("a", book), ("a", book.upper()), ("b", near), ("b", other), ("b", "short")])]
+    fz = D.FuzzyDeduper()
+    out = list(fz(D.exact_dedup(D.clean(docs, stats), stats), stats))
+    assert [d["id"] for d in out] == [0, 3]
+    assert stats["a"]["exact_dups"] == 1 and stats["b"]["fuzzy_dups"] == 1 and stats["b"]["too_short"] == 1
+    assert fz.pairs[0][2] > 0.8
+    # a different but related text is not a fuzzy duplicate
+    assert list(D.FuzzyDeduper()([{"id": 0, "source": "a", "text": book}, {"id": 1, "source": "a", "text": book[20_000:]}], stats))[1]["id"] == 1
+
+
+def test_decontamination_rule(shared_data, tmp_path):
+    ng = D.eval_ngrams(shared_data / "eval", cache_dir=tmp_path)
+    lam = [json.loads(l)["text"] for l in (shared_data / "eval/lambada/lambada_test.jsonl").open().readlines()[:15]]
+    filler = " ".join(f"word{i}" for i in range(60)) + ". "
+    one = filler * 3 + lam[0] + " " + filler * 3
+    pieces, hits = D.decontaminate_text(one, ng)
+    assert hits > 0 and len(pieces) == 2 and all(len(p) >= 200 for p in pieces)
+    start = one.index(lam[0])
+    assert pieces[0] == one[:start - 200].strip()          # match start minus 200 characters
+    many = filler.join(lam[:12])                             # 12 separated matches: split > 10 times -> dropped
+    assert D.decontaminate_text(many, ng)[0] == []
+    short = "tiny " * 10 + lam[1] + " tiny" * 10               # pieces under 200 characters are dropped
+    assert D.decontaminate_text(short, ng)[0] == []
+    assert D.decontaminate_text(filler * 5, ng) == ([filler * 5], 0)
+
+
+def test_quality_classifier_separates(shared_data):
+    import html, re
+    good = [(shared_data / f"corpus/gutenberg/{b}").read_text(errors="replace") for b in
+            ("austen-emma.txt", "chesterton-brown.txt", "melville-moby_dick.txt")]
+    good = [g[i:i + 2000] for g in good for i in range(0, 200_000, 2000)]
+    posts = (shared_data / "corpus/stackexchange/beer/Posts.xml").read_text()
+    web = [D.html_to_text(html.unescape(b)) for b in re.findall(r'Body="([^"]*)"', posts)]
+    web = [w for w in web if len(w) > 200][:300]
+    qc = D.QualityClassifier().fit(good, web)
+    assert qc.heldout_accuracy > 0.9
+    wiki = (shared_data / "corpus/wikitext2/test.txt").read_text()[:3000]
+    assert qc.score([good[0]])[0] > 0.5 > qc.score([web[-1]])[0]
+
+
+def _blend(tmp_path, shared_data, weights):
+    files = {"speech": shared_data / "corpus/us_speeches", "books": shared_data / "corpus/gutenberg",
+             "wiki": shared_data / "corpus/wikitext2/test.txt"}
+    ents = []
+    for name, w in weights.items():
+        s = D.Source(name, str(files[name]), glob="**/*-*.txt" if name == "books" else "**/*.txt",
+                     split="blank" if name != "speech" else "")
+        D.tokenize_to_indexed([s], tmp_path / name, workers=1, on_error="replace", log=None)
+        ents.append(D.BlendEntry(name, name, w))
+    return D.save_blend(ents, tmp_path / "blend.json")
+
+
+def test_blend_follows_weights_and_is_deterministic(tmp_path, shared_data):
+    spec = _blend(tmp_path, shared_data, {"speech": 0.6, "books": 0.3, "wiki": 0.1})
+    dc = DataConfig(path=str(spec), split="90,5,5", seed=3)
+    train, valid, test = D.build_datasets(dc, 32, (10_000, 100, 100))
+    ids = np.array([train[i]["dataset_id"] for i in range(10_000)])
+    frac = np.bincount(ids, minlength=3) / len(ids)
+    assert np.abs(frac - [0.6, 0.3, 0.1]).max() < 0.01, frac
+    it = train[5]
+    assert it["tokens"].shape == (32,) and (it["tokens"][1:] == it["labels"][:-1]).all() and it["loss_mask"].shape == (32,)
+    assert len(valid) >= 100 and len(test) >= 100
+    assert list((tmp_path / "cache").glob("*shuffle_index.npy"))      # cached sample indices
+    again = D.build_datasets(dc, 32, (10_000, 100, 100))[0]
+    assert all((again[i]["tokens"] == train[i]["tokens"]).all() for i in range(0, 10_000, 501))
+    other = D.build_datasets(DataConfig(path=str(spec), split="90,5,5", seed=4), 32, (10_000, 100, 100))[0]
+    assert any((other[i]["tokens"] != train[i]["tokens"]).any() for i in range(0, 100))
+
+
+def test_blend_spec_errors(tmp_path, shared_data):
+    spec = _blend(tmp_path, shared_data, {"wiki": 1.0})
+    d = json.loads(spec.read_text())
+    d["datasets"][0]["weight"] = 0; bad = tmp_path / "w0.json"; bad.write_text(json.dumps(d))
+    with pytest.raises(D.DataError, match=r"entry 0 \(wiki\): weight 0.0 must be > 0"): D.load_blend(bad)
+    d["datasets"][0].update(weight=1, path="nowhere"); bad.write_text(json.dumps(d))
+    with pytest.raises(D.DataError, match="nowhere.bin does not exist"): D.load_blend(bad)
+    with pytest.raises(D.DataError, match="no documents"):   # 1 document cannot feed 3 splits
+        one = tmp_path / "one"; D.tokenize_to_indexed(_docs(tmp_path, "one", ["a single document"]), one, workers=1, log=None)
+        D.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 10, 10))
+    tr, va, te = D.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 0, 0))
+    assert len(tr) >= 10 and va is None and te is None
+
+
+def test_mock_and_paper_blend():
+    tr, va, te = D.build_datasets(DataConfig(path="mock"), 16, (20, 4, 4))
+    assert type(tr).__name__ == "MockGPTDataset" and tr[0]["tokens"].shape == (16,)
+    df = D.blend_table(D.paper_blend(), 270e9)
+    assert len(df) == 15 and abs(df.weight.sum() - 1) < 1e-9
+    assert abs(df.loc["Books3", "epochs"] - 1.5) < 0.05 and abs(df.loc["Pile-CC", "epochs"] - 0.5) < 0.05
+
+
+def test_cli(tmp_path, shared_data):
+    def run(*a):
+        return subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "data", *map(str, a)], capture_output=True, text=True,
+                              cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = run("curate", f"speech={shared_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur")
+    assert r.returncode == 2 and "2005-Bush.txt:10: byte 0xa1 is not UTF-8" in r.stderr   # real data has a Latin-1 byte
+    assert not (tmp_path / "cur/speech.jsonl").exists()
+    r = run("curate", f"speech={shared_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur", "--on-error", "replace")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "cur/report.json").read_text())["sources"]["speech"]["docs_out"] > 40
+    r = run("tokenize", tmp_path / "cur/speech.jsonl", "--out", tmp_path / "idx/speech", "--workers", 2)
+    assert r.returncode == 0 and json.loads(r.stdout.strip().splitlines()[-1])["documents"] > 40
+    r = run("stats", tmp_path / "idx/speech"); assert r.returncode == 0 and '"tokens"' in r.stdout
+    D.save_blend([D.BlendEntry("speech", "idx/speech", 1.0)], tmp_path / "b.json")
+    r = run("build", tmp_path / "b.json", "--seq", 32, "--samples", "100,10,0", "--split", "90,10,0")
+    assert r.returncode == 0 and "train: BlendedDataset" in r.stdout or "train: GPTDataset" in r.stdout, r.stdout + r.stderr
+    r = run("stats", "paper", "--plot", tmp_path / "p.png"); assert r.returncode == 0 and (tmp_path / "p.png").exists()
+    r = run("tokenize", tmp_path / "missing.jsonl", "--out", tmp_path / "x")
+    assert r.returncode == 2 and "missing.jsonl does not exist" in r.stderr

@@ -1,0 +1,47 @@
+"""A shortened `make demo` end to end: interrupted with Ctrl-C during training, rerun to the end, rerun from caches."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+from mtnlg.train import read_metrics
+
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+ARGS = ["demo", "--steps", "40", "--eval-limit", "20", "--shots", "0,1"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def demo(out, timeout=900):
+    p = subprocess.run([MTNLG, *ARGS, "--out", str(out)], capture_output=True, text=True, env=ENV, timeout=timeout)
+    assert p.returncode == 0, f"mtnlg demo failed:\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return p.stdout + p.stderr
+
+
+def test_short_demo_end_to_end(tmp_path, shared_data):
+    out = tmp_path / "demo"
+    # 1. Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of training
+    p = subprocess.Popen([MTNLG, *ARGS, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=ENV, start_new_session=True)
+    end = time.time() + 600
+    while time.time() < end and p.poll() is None and len(read_metrics(out / "train")) < 5: time.sleep(0.2)
+    assert p.poll() is None, f"the demo ended before the interrupt: {p.communicate()[1][-3000:]}"
+    os.killpg(p.pid, signal.SIGINT)
+    p.communicate(timeout=120)
+    assert p.returncode != 0 and not (out / "demo.json").exists()
+    # 2. the next run picks up and finishes
+    log = demo(out)
+    s = json.loads((out / "demo.json").read_text())
+    assert set(s["times"]) >= {"corpus_s", "train_s", "eval_s", "report_s", "total_s"}
+    m = read_metrics(out / "train")
+    assert [r["step"] for r in m] == list(range(1, 41))
+    val = [r["val_loss"] for r in m if r.get("val_loss") is not None]
+    assert len(val) >= 2 and val[-1] < val[0]
+    cfg = json.loads((out / "train" / "config.json").read_text())
+    assert (cfg["parallel"]["tp"], cfg["parallel"]["pp"], cfg["parallel"]["dp"], cfg["precision"]) == (2, 2, 2, "bf16")
+    results = json.loads((Path(s["eval_dir"]) / "results.json").read_text())
+    assert {(r["task"], r["shots"]) for r in results} == {(t, k) for t in ("lambada", "piqa", "hellaswag") for k in (0, 1)}
+    nb = json.loads((out / "12_demo_report.ipynb").read_text())
+    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    for png in ("blend", "curation", "memory", "training", "throughput", "eval"):
+        assert (out / "plots" / f"{png}.png").stat().st_size > 10_000, png
+    # 3. a second run reuses every cache: no training, no evaluation
+    log = demo(out)
+    assert "finished earlier" in log and "0-shot" in log and "(finished earlier" in log
+    assert read_metrics(out / "train")[-1]["step"] == 40

@@ -1,0 +1,177 @@
+"""`mtnlg train` end to end on real tokenized text: 3D layouts against one process, bf16, resume (same and new
+layout), a real kill -9 of one rank, non-finite steps, and bad input that fails before any process starts.
+
+Launches are few and shared (module-scoped fixtures): four 8-process runs and four 1-process runs."""
+import json, os, shutil, signal, subprocess, sys, time
+from pathlib import Path
+import pytest
+import psutil
+
+from mtnlg import data as D
+from mtnlg.train import read_metrics, latest_checkpoint
+
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+STEPS, SAVE = 8, 4
+COMMON = ["--preset", "tiny", "--layers", "5", "--global-batch", "16", "--micro-batch", "2", "--lr", "2e-3",
+          "--steps", str(STEPS), "--save-interval", str(SAVE), "--set", "eval_interval=4", "--set", "eval_batches=2",
+          "--set", "data.split=90,10,0", "--no-progress"]
+LAYOUT_3D = ["--tp", "2", "--pp", "2", "--dp", "2"]
+
+
+def train(out, *args, env=None, timeout=600, check=True):
+    "Run `mtnlg train` as a user would; return the CompletedProcess."
+    e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    p = subprocess.run([MTNLG, "train", *COMMON, "--out", str(out), *map(str, args)], capture_output=True, text=True,
+                       env=e, timeout=timeout)
+    if check: assert p.returncode == 0, f"mtnlg train failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return p
+
+
+def losses(run, key="loss"): return [r[key] for r in read_metrics(run)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, shared_data):
+    "Tiny Shakespeare, paragraphs as documents, GPT-2 BPE, as a megatron-core indexed dataset prefix."
+    d = tmp_path_factory.mktemp("corpus")
+    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    D.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
+    return str(d / "shakespeare")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, corpus):
+    "The reference runs: fp32 on 1 process and on TP2 x PP2 x DP2 (8 processes), same seed and data."
+    root = tmp_path_factory.mktemp("runs")
+    train(root / "ref", "--data", corpus, "--precision", "fp32")
+    train(root / "3d", "--data", corpus, "--precision", "fp32", *LAYOUT_3D)
+    return root
+
+
+def test_3d_fp32_trains_like_one_process(runs):
+    ref, par = read_metrics(runs / "ref"), read_metrics(runs / "3d")
+    assert [r["step"] for r in par] == list(range(1, STEPS + 1))
+    for k in ("loss", "grad_norm", "lr", "global_batch", "tokens"):
+        assert [r[k] for r in par] == pytest.approx([r[k] for r in ref], rel=2e-4, abs=1e-6), k
+    assert [r["val_loss"] for r in par if "val_loss" in r] == pytest.approx([r["val_loss"] for r in ref if "val_loss" in r], rel=2e-4)
+    assert par[-1]["loss"] < par[0]["loss"] - 0.5
+    for k in ("tokens_per_s", "tflops_per_gpu", "mem_bytes"): assert par[-1][k] > 0
+    assert list((runs / "3d" / "tensorboard").glob("events.out.tfevents.*"))
+    assert (runs / "3d" / "plots" / "training.png").stat().st_size > 10_000
+    ck = latest_checkpoint(runs / "3d")
+    assert ck.name == "step00000008" and (ck / "COMPLETE").exists() and len(list((ck / "rng").glob("rank*.pt"))) == 8
+    assert json.loads((ck / "train_state.json").read_text())["consumed_samples"] == STEPS * 16
+
+
+def test_resume_at_new_layout_continues_the_run(runs, corpus, tmp_path):
+    "TP2 x PP2 x DP2 checkpoint of step 4 (ZeRO-1 shards, TP slices, pipeline stages) -> 1 process."
+    run = tmp_path / "moved"
+    shutil.copytree(runs / "3d", run)
+    (run / "checkpoints" / "latest").write_text("step00000004")
+    train(run, "--data", corpus, "--precision", "fp32", "--resume")
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, STEPS + 1))
+    assert losses(run)[SAVE:] == pytest.approx(losses(runs / "ref")[SAVE:], rel=2e-4)
+    assert losses(run, "grad_norm")[SAVE:] == pytest.approx(losses(runs / "ref", "grad_norm")[SAVE:], rel=2e-4)
+
+
+def _worker(parent: psutil.Process, rank: int) -> psutil.Process:
+    for c in parent.children(recursive=True):
+        try:
+            if "mtnlg.train" in " ".join(c.cmdline()) and c.environ().get("RANK") == str(rank): return c
+        except psutil.Error: pass
+    return None
+
+
+def test_kill_one_rank_then_resume_exactly(runs, corpus, tmp_path):
+    "kill -9 of rank 5 after the step-4 checkpoint: a clear error, bounded time; --resume reproduces the losses."
+    run = tmp_path / "killed"
+    args = [MTNLG, "train", *COMMON, "--out", str(run), "--data", corpus, "--precision", "fp32", *LAYOUT_3D,
+            "--steps", "40"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    parent, victim = psutil.Process(proc.pid), None
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        m = read_metrics(run)
+        if m and m[-1]["step"] >= SAVE + 1 and latest_checkpoint(run) is not None:
+            victim = _worker(parent, 5)
+            if victim is not None: break
+        time.sleep(0.05)
+    assert victim is not None, f"the run ended or stalled before the kill: {proc.communicate()}"
+    victim.send_signal(signal.SIGKILL)
+    t0 = time.time()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and time.time() - t0 < 60
+    assert "the job failed after step" in err and f"--out {run} --resume" in err, err[-3000:]
+    killed_at = read_metrics(run)[-1]["step"]
+    assert killed_at < 40
+    train(run, "--data", corpus, "--precision", "fp32", *LAYOUT_3D, "--steps", str(STEPS), "--resume")
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, STEPS + 1))
+    assert losses(run) == losses(runs / "3d")                   # same layout: bit-exact
+
+
+@pytest.fixture(scope="module")
+def bf16_run(tmp_path_factory, corpus):
+    "TP2 x PP2 x DP2 in bf16 (ZeRO-1, fp32 master weights) with a NaN injected into the loss of step 3."
+    run = tmp_path_factory.mktemp("bf16") / "run"
+    train(run, "--data", corpus, "--precision", "bf16", *LAYOUT_3D, "--steps", "12", env={"MTNLG_INJECT_NONFINITE": "3"})
+    return run
+
+
+def test_bf16_3d_loss_falls_and_nonfinite_step_is_skipped(bf16_run, runs):
+    m = read_metrics(bf16_run)
+    assert [r["step"] for r in m] == list(range(1, 13))
+    assert m[2]["skipped"] and m[2]["loss"] is None and m[2]["skipped_total"] == 1
+    assert not any(r["skipped"] for r in m[3:]) and m[-1]["skipped_total"] == 1
+    assert m[-1]["loss"] < m[0]["loss"] - 1.0 and m[-1]["val_loss"] < m[3]["val_loss"]
+    # bf16 follows the fp32 reference closely before the skipped step
+    assert [r["loss"] for r in m[:2]] == pytest.approx(losses(runs / "ref")[:2], rel=2e-2)
+
+
+def test_bf16_resume_at_new_layout(bf16_run, corpus, tmp_path):
+    "The fp32 master weights and Adam moments of a bf16 TP2 x PP2 x DP2 run carry over to one process."
+    run = tmp_path / "bf16-moved"
+    shutil.copytree(bf16_run, run)
+    (run / "checkpoints" / "latest").write_text("step00000008")
+    train(run, "--data", corpus, "--precision", "bf16", "--steps", "12", "--resume")
+    assert losses(run)[8:] == pytest.approx(losses(bf16_run)[8:], rel=1e-2)
+
+
+def test_nonfinite_steps_in_a_row_abort(corpus, tmp_path):
+    p = train(tmp_path / "nan", "--data", corpus, "--set", "max_nonfinite=2", env={"MTNLG_INJECT_NONFINITE": "2,3"},
+              check=False)
+    assert p.returncode == 1 and "2 steps in a row had a non-finite loss or gradient (last: step 3)" in p.stderr
+    assert [r["skipped"] for r in read_metrics(tmp_path / "nan")] == [False, True, True]
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--tp", "3", "--dp", "1"], "tp=3 does not divide num_heads=4"),
+    (["--dp", "3"], "optim.global_batch: 16 is not divisible by micro_batch x dp = 2 x 3"),
+    (["--preset", "gpt5"], "unknown preset 'gpt5'"),
+    (["--data", "/nonexistent/prefix"], "/nonexistent/prefix.bin does not exist"),
+])
+def test_bad_config_fails_before_any_process(tmp_path, args, msg):
+    t0 = time.time()
+    p = train(tmp_path / "bad", *args, check=False)
+    assert p.returncode == 2 and msg in p.stderr, p.stderr[-2000:]
+    assert not (tmp_path / "bad").exists() and "torch.distributed.run" not in p.stderr
+
+
+def test_output_dir_holding_another_run_is_refused(runs, tmp_path):
+    p = train(runs / "ref", "--data", "mock", check=False)
+    assert p.returncode == 2 and "holds another run; pass --resume" in p.stderr
+    p = train(tmp_path / "nothing", "--resume", check=False)
+    assert p.returncode == 2 and "holds no run" in p.stderr
+
+
+def test_without_full_state_resume_keeps_its_layout(corpus, tmp_path):
+    "save_full_state off (as in the 175B/530B presets): DeepSpeed shards only; a new layout is refused up front."
+    from mtnlg.eval import EvalError, find_checkpoint
+    run = tmp_path / "shards_only"
+    train(run, "--data", corpus, "--steps", "2", "--save-interval", "0", "--set", "save_full_state=false")
+    ck = latest_checkpoint(run)
+    assert ck is not None and (ck / "deepspeed").is_dir() and not (ck / "full_state.pt").exists()
+    p = train(run, "--data", corpus, "--steps", "4", "--dp", "2", "--resume", check=False)
+    assert p.returncode == 2 and "has no full_state.pt" in p.stderr and "tp=1 pp=1 dp=1 zero=1" in p.stderr, p.stderr[-2000:]
+    assert "torch.distributed.run" not in p.stderr and latest_checkpoint(run) == ck
+    with pytest.raises(EvalError, match="save_full_state"): find_checkpoint(run)
