@@ -20,6 +20,7 @@ Run on a GPU machine (deepspeed and megatron-core installed; transformers for th
     pip install --no-deps deepspeed==0.19.8 megatron-core==0.16.1 && pip install -e .
     python benchmarks/gpu_step.py                       # gpt3-1.3b, micro-batch 4, seq 2048, all rows
     python benchmarks/gpu_step.py --only mtnlg,megatron --micro-batch 8
+    python benchmarks/gpu_step.py --only mtnlg,mtnlg+compile --profile   # variants: +FIELD=VALUE config overrides
 CPU smoke test (tiny model, wall-clock timing, no torch.compile unless --only names hf-compile):
     OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu python benchmarks/gpu_step.py --device cpu --layers 2 --hidden 64 --heads 4 \\
         --seq 64 --micro-batch 2 --steps 3 --warmup 1
@@ -43,7 +44,9 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=20, help="timed steps per row (median reported; default 20)")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per row first (default 5)")
     ap.add_argument("--only", default=None, help=f"comma-separated rows of {','.join(ROWS)} (default: all; on CPU "
-                    "all but hf-compile)")
+                    "all but hf-compile); an mtnlg row takes config overrides: mtnlg+compile+parallel.micro_batch=8")
+    ap.add_argument("--profile", action="store_true", help="after timing each mtnlg row, profile 3 more steps and print "
+                    "the top kernels and host-side ops (torch.profiler)")
     ap.add_argument("--megatron-recompute", choices=("none", "selective"), default="none",
                     help="megatron row: 'selective' recomputes its materialized s x s attention in backward (Megatron's "
                          "memory saver; not counted in model FLOPs) when it does not fit otherwise")
@@ -51,14 +54,19 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.steps < 1 or a.warmup < 0: ap.error("--steps must be >= 1 and --warmup >= 0")
     rows = a.only.split(",") if a.only else [r for r in ROWS if a.device == "cuda" or r != "hf-compile"]
-    bad = [r for r in rows if r not in ROWS]
+    bad = [r for r in rows if r.split("+")[0] not in ROWS or ("+" in r and not r.startswith("mtnlg+"))]
     if bad: ap.error(f"--only: unknown rows {bad}; choose from {','.join(ROWS)}")
     a.rows = rows
     return a
 
 
-def make_config(a):
-    "The preset with the flags applied: 1 GPU, bf16, no activation checkpointing, one micro-batch per step."
+def variant(row):
+    "Config overrides of an `mtnlg+k=v+flag` row name: {'compile': 'true', 'parallel.micro_batch': '8'}."
+    return dict((kv.split("=", 1) if "=" in kv else (kv, "true")) for kv in row.split("+")[1:])
+
+
+def make_config(a, extra=None):
+    "The preset with the flags (and a row's `extra` overrides) applied: 1 GPU, bf16, no activation checkpointing, one micro-batch per step."
     from mtnlg.config import load_config
     ov = {"parallel.micro_batch": a.micro_batch, "optim.global_batch": a.micro_batch, "optim.rampup_batch_start": 0,
           "optim.rampup_batch_increment": 0, "optim.rampup_tokens": 0, "parallel.tp": 1, "parallel.pp": 1,
@@ -66,6 +74,8 @@ def make_config(a):
     for k, v in (("model.seq_length", a.seq), ("model.num_layers", a.layers), ("model.hidden_size", a.hidden),
                  ("model.num_heads", a.heads)):
         if v is not None: ov[k] = v
+    ov.update(extra or {})
+    ov["optim.global_batch"] = ov["parallel.micro_batch"]    # one micro-batch per step, also in a row that changes it
     return load_config(a.preset, overrides=ov)
 
 
@@ -144,9 +154,28 @@ def run_mtnlg(cfg, dev, a):
     try:
         module = load_full_state(build_pipeline(cfg, topo), FullInit(cfg.model, cfg.seed), cfg)
         engine = build_engine(cfg, topo, module, grad_accum=1)
-        return time_steps(lambda t, l: engine.train_batch(iter([(t, l)])), lambda: random_batch(cfg, dev),
-                          a.steps, a.warmup) + (n_params(module),)
+        step = lambda t, l: engine.train_batch(iter([(t, l)]))
+        out = time_steps(step, lambda: random_batch(cfg, dev), a.steps, a.warmup) + (n_params(module),)
+        if a.profile: profile(step, lambda: random_batch(cfg, dev), dev)
+        return out
     finally: shutdown()                               # the megatron row sets up its own groups
+
+
+def profile(step, make_input, dev, steps=3):
+    "Print where `steps` more steps spend their time: top kernels (GPU) and top host-side ops."
+    from torch.profiler import profile as prof, ProfilerActivity
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    inputs = [make_input() for _ in range(steps)]
+    sync()
+    with prof(activities=acts) as p:
+        for x in inputs: step(*x)
+        sync()
+    ka = p.key_averages()
+    if dev.type == "cuda":
+        print(f"[profile] top kernels by GPU time over {steps} steps:")
+        print(ka.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70))
+    print(f"[profile] top host-side ops by CPU time over {steps} steps:")
+    print(ka.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=70))
 
 
 def run_hf(cfg, dev, a, compile=False):
@@ -204,18 +233,19 @@ def run_megatron(cfg, dev, a):
 
 def run_row(name, cfg, dev, a):
     "Build, time and free one row; a failure becomes the row's error text."
+    if "+" in name: cfg = make_config(a, variant(name))
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()              # not 0 only if an earlier row leaked
         if base > 2 ** 28: print(f"[{name}] note: {base / 2 ** 30:.2f} GiB left allocated by earlier rows (subtracted)")
-    fn = dict(mtnlg=run_mtnlg, megatron=run_megatron, **{"hf-eager": run_hf,
+    fn = dict(mtnlg=run_mtnlg, **{name: run_mtnlg} if name.startswith("mtnlg+") else {}, megatron=run_megatron, **{"hf-eager": run_hf,
               "hf-compile": lambda c, d, a: run_hf(c, d, a, compile=True)})[name]
     print(f"[{name}] building and timing ...", flush=True)
     row = dict(name=name)
     try:
         times, loss, params = fn(cfg, dev, a)
-        row.update(ms=1e3 * statistics.median(times), loss=float(loss), params=params)
+        row.update(ms=1e3 * statistics.median(times), loss=float(loss), params=params, cfg=cfg)
         if dev.type == "cuda": row["mem"] = torch.cuda.max_memory_allocated() - base
         print(f"[{name}] median {row['ms']:.1f} ms (min {1e3 * min(times):.1f}, max {1e3 * max(times):.1f}) over "
               f"{len(times)} steps; loss {row['loss']:.3f}", flush=True)
@@ -263,14 +293,15 @@ def main(argv=None):
     print("| row | ms/step | tokens/s | model TFLOP/s | of matmul peak | peak memory GiB | planner peak GiB | "
           "parameters | loss |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    plan_gib = memory_per_gpu(cfg)["peak_bytes"] / 2 ** 30
     for r in rows:
-        pl = f"{plan_gib:.2f}" if r["name"] == "mtnlg" else "-"
+        c = r.get("cfg", cfg)                          # an mtnlg+... row's own config
+        B, flops = c.parallel.micro_batch, flops_per_iteration(c, recompute="none")   # model FLOPs: recompute not counted
+        pl = f"{memory_per_gpu(c)['peak_bytes'] / 2 ** 30:.2f}" if r["name"].startswith("mtnlg") else "-"
         if "error" in r:
             print(f"| {r['name']} | failed: {r['error'].replace('|', '/')} | | | | | {pl} | | |"); continue
         s, tf = r["ms"] / 1e3, flops / (r["ms"] / 1e3) / 1e12
         mem = f"{r['mem'] / 2 ** 30:.2f}" if "mem" in r else "-"
-        print(f"| {r['name']} | {r['ms']:.1f} | {B * m.seq_length / s:,.0f} | {tf:.2f} | {tf / peak:.1%} | {mem} | "
+        print(f"| {r['name']} | {r['ms']:.1f} | {B * c.model.seq_length / s:,.0f} | {tf:.2f} | {tf / peak:.1%} | {mem} | "
               f"{pl} | {r['params']:,} | {r['loss']:.3f} |")
     return 1 if any("error" in r for r in rows) else 0
 

@@ -132,7 +132,7 @@ class DataConfig:
         _require(ok and sum(map(float, parts)) > 0, "data.split", f"want three weights like '969,30,1', got {self.split!r}")
         return self
 
-# %% ../nbs/00_config.ipynb #539f4699
+# %% ../nbs/00_config.ipynb #c356c81c
 @dataclass
 class RunConfig:
     "Everything a run needs; the unit that CLI, notebooks and papermill parameters all build."
@@ -153,6 +153,8 @@ class RunConfig:
     max_nonfinite: int = 5          # consecutive steps with a non-finite loss/gradient (skipped) that abort the run
     save_full_state: bool = True    # checkpoints also hold full_state.pt (rank 0 gathers the whole fp32 model and Adam
                                     # state: resume at a new layout, eval, export); off where that does not fit one host
+    compile: bool = False           # torch.compile each transformer block (fuses LayerNorm, bias, GELU, dropout and
+                                    # residual adds; same math, a one-off compile of tens of seconds; for GPUs)
 
     def validate(self):
         "Check every part and the whole; raise `ConfigError` naming the field."

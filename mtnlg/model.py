@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 # %% auto #0
-__all__ = ['mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm', 'Head', 'tied_logits', 'lm_loss', 'token_logprobs',
-           'GPT', 'full_shapes', 'FullInit', 'init_full_state', 'shard', 'unshard', 'full_named_parameters',
-           'load_full_state']
+__all__ = ['CE_BLOCK', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm', 'Head', 'tied_logits',
+           'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs', 'GPT', 'full_shapes', 'FullInit',
+           'init_full_state', 'shard', 'unshard', 'full_named_parameters', 'load_full_state']
 
 # %% ../nbs/03_model.ipynb #170ce7d8
 def _tp():
@@ -152,7 +152,7 @@ def tied_logits(embedding: Embedding, x):
     from megatron.core import tensor_parallel as tpl
     return torch.matmul(tpl.copy_to_tensor_model_parallel_region(x), embedding.word.weight.t())
 
-# %% ../nbs/03_model.ipynb #47fead50
+# %% ../nbs/03_model.ipynb #fdd5c4ed
 def _masked(logits, vocab_size):
     "Vocab-parallel logits in fp32 with the padded vocabulary entries set to -inf."
     tp, r = _tp()
@@ -163,10 +163,53 @@ def _masked(logits, vocab_size):
     pad = torch.arange(start, start + n, device=logits.device) >= vocab_size
     return logits.masked_fill(pad, float("-inf"))
 
+CE_BLOCK = 2 ** 24   # logits per fp32 block (64 MB): rows per block = CE_BLOCK // (V/tp)
+
+def _tp_all_reduce(t, op):
+    from megatron.core import parallel_state as ps
+    if ps.get_tensor_model_parallel_world_size() > 1:
+        torch.distributed.all_reduce(t, op=op, group=ps.get_tensor_model_parallel_group())
+    return t
+
+class VocabParallelCrossEntropy(torch.autograd.Function):
+    "Per-token cross entropy [N] of vocab-parallel logits [N, V/tp] (any dtype), in fp32 blocks of rows."
+    @staticmethod
+    def forward(ctx, logits, labels, vocab_size: int):
+        tp, r = _tp()
+        n = logits.shape[-1]
+        start, valid = r * n, max(0, min(n, vocab_size - r * n))   # this rank's columns; the rest are padding
+        x, rows = logits[:, :valid], max(1, CE_BLOCK // max(n, 1))
+        mx = (x.amax(-1).float() if valid else logits.new_full(labels.shape, float("-inf"), dtype=torch.float32))
+        mx = _tp_all_reduce(mx, torch.distributed.ReduceOp.MAX)
+        sum_exp = torch.zeros_like(mx)
+        for i in range(0, x.shape[0], rows):
+            sum_exp[i:i + rows] = (x[i:i + rows].float() - mx[i:i + rows, None]).exp().sum(-1)
+        local = labels - start
+        mine = (local >= 0) & (local < valid)
+        idx = local.clamp(0, max(valid - 1, 0))
+        label_logit = torch.where(mine, x.gather(1, idx[:, None])[:, 0].float() if valid else mx, 0.0)
+        _tp_all_reduce(sum_exp, torch.distributed.ReduceOp.SUM)
+        _tp_all_reduce(label_logit, torch.distributed.ReduceOp.SUM)
+        lse = mx + sum_exp.log()
+        ctx.save_for_backward(logits, lse, idx, mine)
+        ctx.valid, ctx.rows = valid, rows
+        return lse - label_logit
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, lse, idx, mine = ctx.saved_tensors
+        valid, rows = ctx.valid, ctx.rows
+        out = torch.zeros_like(logits)                # padded columns: zero gradient
+        g = grad.float()
+        for i in range(0, logits.shape[0], rows):
+            p = (logits[i:i + rows, :valid].float() - lse[i:i + rows, None]).exp()     # softmax of the block
+            p.scatter_add_(1, idx[i:i + rows, None], -mine[i:i + rows, None].float())   # minus one-hot(label)
+            out[i:i + rows, :valid] = p * g[i:i + rows, None]
+        return out, None, None
+
 def lm_loss(logits, labels, vocab_size: int):
     "Mean next-token cross entropy from vocab-parallel logits [B, S, Vp/tp] and labels [B, S]."
-    from megatron.core import tensor_parallel as tpl
-    return tpl.vocab_parallel_cross_entropy(_masked(logits, vocab_size), labels).mean()
+    return VocabParallelCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), vocab_size).mean()
 
 def token_logprobs(logits, labels, vocab_size: int):
     "(log p(label) [B, S], greedy token [B, S]) from vocab-parallel logits, identical on all TP ranks."

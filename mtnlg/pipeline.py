@@ -14,10 +14,10 @@ from .model import (Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, tok
 from . import model as _model
 
 # %% auto #0
-__all__ = ['LMLoss', 'build_pipeline', 'load_full_state', 'gather_full_state', 'deepspeed_config', 'param_groups',
+__all__ = ['LMLoss', 'build_pipeline', 'load_full_state', 'gather_full_state', 'deepspeed_config', 'param_groups', 'adamw',
            'global_grad_norm', 'build_engine', 'eval_logprobs']
 
-# %% ../nbs/04_pipeline.ipynb #e01faf16
+# %% ../nbs/04_pipeline.ipynb #be862c9f
 class LMLoss:
     "The pipeline's loss_fn: mean cross entropy, or (log p, greedy token) per position when `per_token`."
     def __init__(self, vocab_size: int): self.vocab_size, self.per_token = vocab_size, False
@@ -57,9 +57,13 @@ def build_pipeline(cfg: RunConfig, topo: Topology):
     cls = _pipeline_class()
     cls._num_blocks = m.num_layers
     method = cfg.parallel.partition_method
-    return cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
-               activation_checkpoint_interval=cfg.parallel.checkpoint_activations, activation_checkpoint_func=_ckpt,
-               checkpointable_layers=["Block"])
+    module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
+                 activation_checkpoint_interval=cfg.parallel.checkpoint_activations, activation_checkpoint_func=_ckpt,
+                 checkpointable_layers=["Block"])
+    if cfg.compile:                                   # in place: parameter names and checkpoints stay the same
+        for block in module.modules():
+            if isinstance(block, Block): block.compile()
+    return module
 
 # %% ../nbs/04_pipeline.ipynb #3a8bf817
 def load_full_state(module, full_state: dict, cfg: RunConfig | None = None):
@@ -99,7 +103,7 @@ def gather_full_state(module, topo: Topology, value=None) -> dict | None:
     if missing and value is None: raise RuntimeError(f"gather_full_state: no rank holds {missing[:3]}")
     return {n: full[n] for n in order if n in full}
 
-# %% ../nbs/04_pipeline.ipynb #b2ef5975
+# %% ../nbs/04_pipeline.ipynb #4f0156e2
 def deepspeed_config(cfg: RunConfig, grad_accum: int | None = None) -> dict:
     "DeepSpeed config dict for `cfg` (grad_accum defaults to the full global batch)."
     p, o = cfg.parallel, cfg.optim
@@ -109,9 +113,7 @@ def deepspeed_config(cfg: RunConfig, grad_accum: int | None = None) -> dict:
     d = {"train_micro_batch_size_per_gpu": p.micro_batch, "gradient_accumulation_steps": ga,
          "train_batch_size": p.micro_batch * ga * p.dp, "steps_per_print": 10 ** 9, "wall_clock_breakdown": False,
          "zero_optimization": {"stage": p.zero_stage}, "bf16": {"enabled": bf16}, "fp16": {"enabled": False},
-         "gradient_clipping": o.grad_clip, "zero_allow_untested_optimizer": True,
-         "optimizer": {"type": "AdamW", "params": {"lr": o.lr, "betas": [o.beta1, o.beta2], "eps": o.eps,
-                                                    "weight_decay": o.weight_decay, "torch_adam": True}}}
+         "gradient_clipping": o.grad_clip, "zero_allow_untested_optimizer": True}
     if bf16 and p.zero_stage == 1: d["data_types"] = {"grad_accum_dtype": "fp32"}   # DeepSpeed's BF16_Optimizer
     return d
 
@@ -122,7 +124,13 @@ def param_groups(module, weight_decay: float):
         (decay if p.dim() >= 2 else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
-# %% ../nbs/04_pipeline.ipynb #827ef90a
+def adamw(module, cfg: RunConfig):
+    "torch AdamW (fused kernel) over `param_groups` with `cfg.optim`'s hyper-parameters."
+    o = cfg.optim
+    return torch.optim.AdamW(param_groups(module, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
+                             fused=True)
+
+# %% ../nbs/04_pipeline.ipynb #f7a749b1
 def global_grad_norm(module, topo: Topology) -> torch.Tensor:
     "L2 norm of all gradients of the model replica, each tensor counted once."
     from deepspeed.runtime.utils import is_model_parallel_parameter
@@ -156,8 +164,7 @@ def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None 
     "deepspeed.initialize the pipeline `module` for `cfg`; the engine reports the true global gradient norm."
     import deepspeed
     engine, _, _, _ = deepspeed.initialize(model=module, config=deepspeed_config(cfg, grad_accum),
-                                           model_parameters=param_groups(module, cfg.optim.weight_decay),
-                                           lr_scheduler=lr_scheduler)
+                                           optimizer=adamw(module, cfg), lr_scheduler=lr_scheduler)
     if not (engine.bfloat16_enabled() or engine.fp16_enabled() or engine.zero_optimization()):
         _fix_fp32_clipping(engine, topo)
     return engine

@@ -140,7 +140,7 @@ def activation_checkpoint_bytes_total(cfg: RunConfig) -> float:
     m = cfg.model
     return 2 * cfg.optim.global_batch * m.num_layers * m.seq_length * m.hidden_size
 
-# %% ../nbs/01_memory.ipynb #5397ce4d
+# %% ../nbs/01_memory.ipynb #9e939d4a
 def pipeline_stats(cfg: RunConfig) -> dict:
     "Micro-batches per iteration (per pipeline), 1F1B bubble fraction and tokens per iteration."
     p = cfg.parallel
@@ -160,7 +160,7 @@ def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = Fal
         ms = model_state_bytes(params, cfg.precision, p.zero_stage, p.dp)
         inflight = min(p.pp - i, nmb)
         act = inflight * n * per_layer + (min(k, n) * full_layer if r == "full" else 0)
-        if i == p.pp - 1: act += 4 * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
+        if i == p.pp - 1: act += (2 if cfg.precision == "bf16" else 4) * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
         stages.append(dict(stage=i, layers=n, params=params, inflight=inflight, model_states=ms["total"],
                            model_state_breakdown=ms, activations=act, total=ms["total"] + act))
     peak = max(stages, key=lambda d: d["total"])

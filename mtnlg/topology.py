@@ -12,7 +12,8 @@ import torch.distributed as dist
 from .config import ConfigError, ParallelConfig, RunConfig
 
 # %% auto #0
-__all__ = ['parse_partition', 'check_layout', 'apply_cpu_patches', 'Topology', 'init_distributed', 'seed_all', 'shutdown']
+__all__ = ['parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'Topology', 'init_distributed', 'seed_all',
+           'shutdown']
 
 # %% ../nbs/02_topology.ipynb #5f7b311e
 def parse_partition(method: str, num_layers: int, pp: int) -> list[int] | None:
@@ -61,8 +62,26 @@ def check_layout(run_cfg: RunConfig, world_size: int, gpus_per_node: int | None 
     parse_partition(p.partition_method, m.num_layers, p.pp)
     return run_cfg
 
-# %% ../nbs/02_topology.ipynb #693cb118
+# %% ../nbs/02_topology.ipynb #74782963
 _PATCHED = False
+_MM_LIB = None   # keeps the aten::mm override registered
+
+def _mm_fp32_for_bf16(a, b):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32 if a.dtype == torch.bfloat16 else a.dtype)
+    if a.dtype == b.dtype == torch.bfloat16: return torch.ops.aten.mm.out(a.float(), b.float(), out=out).bfloat16()
+    return torch.ops.aten.mm.out(a, b, out=out)       # every other dtype: torch's own kernel (mm.out is not overridden)
+
+def cpu_bf16_matmul(force: bool = False) -> bool:
+    "On CPUs without native bf16 GEMM (or when forced), compute bf16 `aten::mm` in fp32; True when installed."
+    global _MM_LIB
+    if _MM_LIB is None and (force or not torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        import warnings
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")           # "overriding a previously registered kernel": intended
+            lib.impl("mm", _mm_fp32_for_bf16, "CPU")
+        _MM_LIB = lib
+    return _MM_LIB is not None
 
 def apply_cpu_patches():
     "Patch megatron-core's CUDA RNG tracker and device lookups to use the CPU; no-op when CUDA is available."
@@ -83,6 +102,7 @@ def apply_cpu_patches():
     logging.getLogger(r.__name__).setLevel(logging.ERROR)  # fork() warns when the CPU RNG moves inside it
     import deepspeed.comm.torch  # noqa: F401  skip the ~40 s JIT build of DeepSpeed's CPU shm comm op
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    cpu_bf16_matmul()
     _PATCHED = True
 
 # %% ../nbs/02_topology.ipynb #05eee86d
@@ -114,7 +134,7 @@ class Topology:
         "The tp x pp ranks holding one full model replica (gradient norms are summed over it)."
         from megatron.core import parallel_state as ps; return ps.get_model_parallel_group()
 
-# %% ../nbs/02_topology.ipynb #c405c9bf
+# %% ../nbs/02_topology.ipynb #da037aaa
 _TOPO: Topology | None = None
 _ENV_SET: list[str] = []        # launcher variables this process set for itself (1-process runs)
 
@@ -130,7 +150,7 @@ def _check_groups(topo: Topology):
                 dp=sorted(dist.get_process_group_ranks(ps.get_data_parallel_group())),
                 coord=(ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(), ps.get_data_parallel_rank()))
     theirs = dict(tp=ds_group("model"), pp=ds_group("pipe"), dp=ds_group("data"), coord=(c.model, c.pipe, c.data))
-    ok = torch.tensor([float(mine == theirs)])
+    ok = torch.tensor([float(mine == theirs)], device=topo.device)   # NCCL reduces GPU tensors only
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     if ok.item() != 1.0:
         raise RuntimeError(f"rank {topo.rank}: megatron-core groups {mine} differ from DeepSpeed topology {theirs}")
@@ -175,7 +195,8 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
                     device=torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu"),
                     backend=backend,
                     ds_topology=PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp))
-    _check_groups(topo)
+    try: _check_groups(topo)
+    except BaseException: shutdown(); raise           # leave no half-made groups behind
     _TOPO = topo
     return topo
 

@@ -173,13 +173,13 @@ def gather_train_state(engine, topo) -> dict | None:
     for k in ADAM_KEYS: out[k] = gather_full_state(engine.module, topo, _moment(engine, k))
     return out if topo.rank == 0 else None
 
-# %% ../nbs/06_train.ipynb #eaef2e89
+# %% ../nbs/06_train.ipynb #8e1646d7
 def _init_adam_state(engine, adam_step: int):
     "Create Adam's state for every parameter the optimizer updates, as after `adam_step` steps."
     inner = _inner_optimizer(engine)
     for g in inner.param_groups:
         for q in g["params"]:
-            inner.state[q] = dict(step=torch.tensor(float(adam_step)), exp_avg=torch.zeros_like(q), exp_avg_sq=torch.zeros_like(q))
+            inner.state[q] = dict(step=torch.tensor(float(adam_step), device=q.device), exp_avg=torch.zeros_like(q), exp_avg_sq=torch.zeros_like(q))
     _link_optimizer_state(engine)
 
 def load_train_state(engine, full: dict, cfg: RunConfig, adam_step: int):
@@ -355,9 +355,10 @@ def plot_training(run_dir, path=None):
     plt.close(fig)
     return path
 
-# %% ../nbs/06_train.ipynb #1f2f48bc
+# %% ../nbs/06_train.ipynb #a794ef07
 RESUMABLE_CHANGES = ("parallel.", "steps", "train_tokens", "log_interval", "eval_interval", "eval_batches", "save_interval",
-                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "save_full_state")
+                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "save_full_state",
+                     "compile")
 
 def _flat(d, pre=""):
     out = {}

@@ -1,7 +1,7 @@
 """`mtnlg train` end to end on real tokenized text: 3D layouts against one process, bf16, resume (same and new
 layout), a real kill -9 of one rank, non-finite steps, and bad input that fails before any process starts.
 
-Launches are few and shared (module-scoped fixtures): four 8-process runs and four 1-process runs."""
+Launches are few and shared (module-scoped fixtures): four 8-process runs and five 1-process runs."""
 import json, os, shutil, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -61,6 +61,14 @@ def test_3d_fp32_trains_like_one_process(runs):
     ck = latest_checkpoint(runs / "3d")
     assert ck.name == "step00000008" and (ck / "COMPLETE").exists() and len(list((ck / "rng").glob("rank*.pt"))) == 8
     assert json.loads((ck / "train_state.json").read_text())["consumed_samples"] == STEPS * 16
+
+
+def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
+    "`compile=true` (torch.compile of every block, the GPU speed path) runs through the same engine, same numbers."
+    p = train(tmp_path / "c", "--data", corpus, "--precision", "fp32", "--steps", "2", "--set", "compile=true")
+    got, ref = read_metrics(tmp_path / "c"), read_metrics(runs / "ref")[:2]
+    for k in ("loss", "grad_norm"): assert [r[k] for r in got] == pytest.approx([r[k] for r in ref], rel=1e-4), k
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["compile"] is True
 
 
 def test_resume_at_new_layout_continues_the_run(runs, corpus, tmp_path):
