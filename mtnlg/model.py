@@ -152,7 +152,7 @@ def tied_logits(embedding: Embedding, x):
     from megatron.core import tensor_parallel as tpl
     return torch.matmul(tpl.copy_to_tensor_model_parallel_region(x), embedding.word.weight.t())
 
-# %% ../nbs/03_model.ipynb #fdd5c4ed
+# %% ../nbs/03_model.ipynb #15212d8c
 def _masked(logits, vocab_size):
     "Vocab-parallel logits in fp32 with the padded vocabulary entries set to -inf."
     tp, r = _tp()
@@ -179,32 +179,40 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         n = logits.shape[-1]
         start, valid = r * n, max(0, min(n, vocab_size - r * n))   # this rank's columns; the rest are padding
         x, rows = logits[:, :valid], max(1, CE_BLOCK // max(n, 1))
-        mx = (x.amax(-1).float() if valid else logits.new_full(labels.shape, float("-inf"), dtype=torch.float32))
+        mx = x.amax(-1).float() if valid else logits.new_full(labels.shape, float("-inf"), dtype=torch.float32)
         mx = _tp_all_reduce(mx, torch.distributed.ReduceOp.MAX)
+        exp = torch.empty_like(x)                     # exp(logit - max), kept in the logits' dtype for backward
         sum_exp = torch.zeros_like(mx)
         for i in range(0, x.shape[0], rows):
-            sum_exp[i:i + rows] = (x[i:i + rows].float() - mx[i:i + rows, None]).exp().sum(-1)
+            keep, m = exp[i:i + rows], mx[i:i + rows, None]
+            e = torch.sub(x[i:i + rows], m, out=keep) if keep.dtype == torch.float32 else x[i:i + rows].float() - m
+            sum_exp[i:i + rows] = e.exp_().sum(-1)
+            if e is not keep: keep.copy_(e)
         local = labels - start
         mine = (local >= 0) & (local < valid)
         idx = local.clamp(0, max(valid - 1, 0))
-        label_logit = torch.where(mine, x.gather(1, idx[:, None])[:, 0].float() if valid else mx, 0.0)
+        label_logit = torch.where(mine, x.gather(1, idx[:, None])[:, 0].float(), 0.0) if valid else torch.zeros_like(mx)
         _tp_all_reduce(sum_exp, torch.distributed.ReduceOp.SUM)
         _tp_all_reduce(label_logit, torch.distributed.ReduceOp.SUM)
         lse = mx + sum_exp.log()
-        ctx.save_for_backward(logits, lse, idx, mine)
-        ctx.valid, ctx.rows = valid, rows
+        ctx.save_for_backward(exp, sum_exp, (label_logit - lse).exp(), idx, mine)
+        ctx.n = n
         return lse - label_logit
 
     @staticmethod
     def backward(ctx, grad):
-        logits, lse, idx, mine = ctx.saved_tensors
-        valid, rows = ctx.valid, ctx.rows
-        out = torch.zeros_like(logits)                # padded columns: zero gradient
-        g = grad.float()
-        for i in range(0, logits.shape[0], rows):
-            p = (logits[i:i + rows, :valid].float() - lse[i:i + rows, None]).exp()     # softmax of the block
-            p.scatter_add_(1, idx[i:i + rows, None], -mine[i:i + rows, None].float())   # minus one-hot(label)
-            out[i:i + rows, :valid] = p * g[i:i + rows, None]
+        exp, sum_exp, p_label, idx, mine = ctx.saved_tensors
+        valid, rows = exp.shape[1], max(1, CE_BLOCK // max(ctx.n, 1))
+        out = exp.new_empty((exp.shape[0], ctx.n))
+        out[:, valid:] = 0                            # padded columns: zero gradient
+        scale = grad.float() / sum_exp
+        lab = ((p_label - 1) * grad.float()).to(out.dtype)[:, None]   # the label column in fp32: (p - 1) x grad
+        for i in range(0, exp.shape[0], rows):
+            o, keep, s = out[i:i + rows, :valid], exp[i:i + rows], scale[i:i + rows, None]
+            if o.dtype == torch.float32: torch.mul(keep, s, out=o)        # softmax x grad, from the kept exp
+            else: o.copy_(keep.float().mul_(s))
+            j = idx[i:i + rows, None]
+            o.scatter_(1, j, torch.where(mine[i:i + rows, None], lab[i:i + rows], o.gather(1, j)))
         return out, None, None
 
 def lm_loss(logits, labels, vocab_size: int):
