@@ -103,9 +103,10 @@ def time_steps(step, make_input, steps, warmup):
 
 
 def matmul_peak(dev):
-    "bf16 matmul TFLOP/s (8192^3 on GPU, 512^3 on CPU): median over timed matmuls."
+    "Matmul TFLOP/s (bf16 8192^3 on GPU; fp32 512^3 on CPU, where bf16 may have no native kernel): median over timed matmuls."
     n, reps = (8192, 50) if dev.type == "cuda" else (512, 5)
-    a, b = (torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    a, b = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
     times, _ = time_steps(lambda: a @ b, lambda: (), reps, 5)
     return n, 2 * n ** 3 / statistics.median(times) / 1e12
 
@@ -277,7 +278,8 @@ def main(argv=None):
     m, B = cfg.model, cfg.parallel.micro_batch
     flops = flops_per_iteration(cfg)                  # cfg.optim.global_batch == micro-batch: one step
     n, peak = matmul_peak(dev)
-    print(f"bf16 matmul {n}^3: {peak:.1f} TFLOP/s", flush=True)
+    kind = "bf16" if dev.type == "cuda" else "fp32"
+    print(f"{kind} matmul {n}^3: {peak:.1f} TFLOP/s", flush=True)
     rows = [run_row(r, cfg, dev, a) for r in a.rows]
 
     name = torch.cuda.get_device_name() if dev.type == "cuda" else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
@@ -289,7 +291,7 @@ def main(argv=None):
           f"{m.seq_length}, vocab {m.vocab_size} padded to {m.padded_vocab_size(1)}, micro-batch {B}, dropout "
           f"{m.hidden_dropout}/{m.attention_dropout}, bf16; model FLOPs/step {flops:.4g} (mtnlg.plan.flops_per_iteration)."
           f" {'CUDA events' if dev.type == 'cuda' else 'Wall clock'}, median of {a.steps} steps after {a.warmup} "
-          f"warm-up. bf16 matmul peak ({n}^3): {peak:.1f} TFLOP/s. megatron row recompute: {a.megatron_recompute}.\n")
+          f"warm-up. {kind} matmul peak ({n}^3): {peak:.1f} TFLOP/s. megatron row recompute: {a.megatron_recompute}.\n")
     print("| row | ms/step | tokens/s | model TFLOP/s | of matmul peak | peak memory GiB | planner peak GiB | "
           "parameters | loss |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
