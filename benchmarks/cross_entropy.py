@@ -9,15 +9,13 @@ the forward and backward passes, beside the logits themselves) and the largest d
 """
 import argparse, datetime, os, platform, statistics, sys, time
 import torch
-import torch.nn.functional as F
 
 
 def megatron_loss(logits, labels, vocab_size):
     "The previous `lm_loss`: fp32 copy, padded columns set to -inf, megatron-core's vocab-parallel cross entropy."
     from megatron.core import tensor_parallel as tpl
-    x = logits.float()
-    x = x.masked_fill(torch.arange(x.shape[-1], device=x.device) >= vocab_size, float("-inf"))
-    return tpl.vocab_parallel_cross_entropy(x, labels).mean()
+    from mtnlg.model import _masked
+    return tpl.vocab_parallel_cross_entropy(_masked(logits, vocab_size), labels).mean()
 
 
 def saved_bytes(fn, *args):

@@ -123,13 +123,6 @@ def random_batch(cfg, dev):
     return x[:, :-1].contiguous(), x[:, 1:].contiguous()
 
 
-def adamw(model, cfg, dev):
-    "torch AdamW with the preset's hyper-parameters and the project's decay / no-decay groups (fused on GPU)."
-    from mtnlg.pipeline import param_groups
-    o = cfg.optim
-    return torch.optim.AdamW(param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-                             fused=dev.type == "cuda")
-
 
 def torch_step(model_loss, model, opt, cfg, dev, autocast_backward=False):
     "A bf16-autocast training step of `model_loss(tokens, labels) -> loss`, with the preset's gradient clipping."
@@ -195,7 +188,8 @@ def run_hf(cfg, dev, a, compile=False):
     def loss(tokens, labels):
         logits = fwd(input_ids=tokens).logits
         return torch.nn.functional.cross_entropy(logits.float().view(-1, V), labels.view(-1))
-    step = torch_step(loss, model, adamw(model, cfg, dev), cfg, dev)
+    from mtnlg.pipeline import adamw                  # the project's fused AdamW and parameter groups
+    step = torch_step(loss, model, adamw(model, cfg), cfg, dev)
     try: return time_steps(step, lambda: random_batch(cfg, dev), a.steps, a.warmup) + (n_params(model),)
     finally:
         if compile: torch._dynamo.reset()             # compiled code caches would keep the model alive
@@ -227,14 +221,14 @@ def run_megatron(cfg, dev, a):
         loss = lambda tokens, labels: model(tokens, pos, mask, labels=labels).mean()   # per-token fp32 CE
         # megatron's linear layers re-enter *CUDA* autocast in backward (torch.amp.custom_bwd(device_type="cuda"));
         # on CPU the same has to be done by hand, or their backward matmuls mix bf16 and fp32
-        step = torch_step(loss, model, adamw(model, cfg, dev), cfg, dev, autocast_backward=dev.type == "cpu")
+        from mtnlg.pipeline import adamw
+        step = torch_step(loss, model, adamw(model, cfg), cfg, dev, autocast_backward=dev.type == "cpu")
         return time_steps(step, lambda: random_batch(cfg, dev), a.steps, a.warmup) + (n_params(model),)
     finally: shutdown()
 
 
 def run_row(name, cfg, dev, a):
-    "Build, time and free one row; a failure becomes the row's error text."
-    if "+" in name: cfg = make_config(a, variant(name))
+    "Build, time and free one row (`cfg`: its config); a failure becomes the row's error text."
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
@@ -274,13 +268,15 @@ def main(argv=None):
         sys.exit("gpu_step: no CUDA device visible; run on a GPU machine, or pass --device cpu for a smoke test")
     from mtnlg.plan import flops_per_iteration, memory_per_gpu
     dev = torch.device(a.device)
-    cfg = make_config(a)
+    from mtnlg.config import ConfigError
+    try: cfg, cfgs = make_config(a), {r: make_config(a, variant(r)) for r in a.rows}   # all checked before any work
+    except ConfigError as e: sys.exit(f"gpu_step: bad configuration: {e}")
     m, B = cfg.model, cfg.parallel.micro_batch
     flops = flops_per_iteration(cfg)                  # cfg.optim.global_batch == micro-batch: one step
     n, peak = matmul_peak(dev)
     kind = "bf16" if dev.type == "cuda" else "fp32"
     print(f"{kind} matmul {n}^3: {peak:.1f} TFLOP/s", flush=True)
-    rows = [run_row(r, cfg, dev, a) for r in a.rows]
+    rows = [run_row(r, cfgs[r], dev, a) for r in a.rows]
 
     name = torch.cuda.get_device_name() if dev.type == "cuda" else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
     print(f"\n## One training step (`benchmarks/gpu_step.py`)\n\nCommand: `python {' '.join(sys.argv)}`. "

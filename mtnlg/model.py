@@ -152,7 +152,7 @@ def tied_logits(embedding: Embedding, x):
     from megatron.core import tensor_parallel as tpl
     return torch.matmul(tpl.copy_to_tensor_model_parallel_region(x), embedding.word.weight.t())
 
-# %% ../nbs/03_model.ipynb #15212d8c
+# %% ../nbs/03_model.ipynb #49c27aec
 def _masked(logits, vocab_size):
     "Vocab-parallel logits in fp32 with the padded vocabulary entries set to -inf."
     tp, r = _tp()
@@ -175,7 +175,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
     "Per-token cross entropy [N] of vocab-parallel logits [N, V/tp] (any dtype), in fp32 blocks of rows."
     @staticmethod
     def forward(ctx, logits, labels, vocab_size: int):
-        tp, r = _tp()
+        _, r = _tp()
         n = logits.shape[-1]
         start, valid = r * n, max(0, min(n, vocab_size - r * n))   # this rank's columns; the rest are padding
         x, rows = logits[:, :valid], max(1, CE_BLOCK // max(n, 1))
@@ -207,7 +207,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         out[:, valid:] = 0                            # padded columns: zero gradient
         scale = grad.float() / sum_exp
         lab = ((p_label - 1) * grad.float()).to(out.dtype)[:, None]   # the label column in fp32: (p - 1) x grad
-        for i in range(0, exp.shape[0], rows):
+        for i in range(0, exp.shape[0] if valid else 0, rows):         # a rank of padding only: all zero
             o, keep, s = out[i:i + rows, :valid], exp[i:i + rows], scale[i:i + rows, None]
             if o.dtype == torch.float32: torch.mul(keep, s, out=o)        # softmax x grad, from the kept exp
             else: o.copy_(keep.float().mul_(s))
