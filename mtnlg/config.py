@@ -12,7 +12,7 @@ from typing import Any, get_type_hints
 # %% auto #0
 __all__ = ['PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'ModelConfig', 'ParallelConfig', 'OptimConfig', 'DataConfig',
            'RunConfig', 'field_paths', 'resolve_key', 'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file',
-           'load_config', 'save_config', 'add_config_args', 'config_from_args']
+           'load_config', 'atomic_write_text', 'save_config', 'add_config_args', 'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -299,7 +299,7 @@ def read_config_file(path) -> dict:
     import yaml
     return yaml.safe_load(text) or {}
 
-# %% ../nbs/00_config.ipynb #81ce776b
+# %% ../nbs/00_config.ipynb #dca4fa1d
 def _merge(base: dict, top: dict) -> dict:
     out = dict(base)
     for k, v in top.items(): out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
@@ -314,14 +314,18 @@ def load_config(preset: str | None = "tiny", path=None, overrides: dict | None =
     cfg = from_dict(_merge(d, overrides_to_dict(overrides)))
     return cfg.validate() if validate else cfg
 
+def atomic_write_text(path, text: str):
+    "Write `text` to `path` through a temporary file in the same folder (readers never see half a file)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f: f.write(text); f.flush(); os.fsync(f.fileno())
+    os.replace(tmp, path)
+
 def save_config(cfg: RunConfig, path):
     "Write `cfg` as JSON or YAML (by suffix), atomically."
-    p = Path(path); p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    if p.suffix in (".yaml", ".yml"):
-        import yaml; tmp.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-    else: tmp.write_text(json.dumps(to_dict(cfg), indent=2))
-    os.replace(tmp, p)
+    if Path(path).suffix in (".yaml", ".yml"):
+        import yaml; atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    else: atomic_write_text(path, json.dumps(to_dict(cfg), indent=2))
 
 # %% ../nbs/00_config.ipynb #40023433
 CLI_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "lr", "global_batch",
