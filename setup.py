@@ -13,7 +13,7 @@ statuses = ['Planning', 'Pre-Alpha', 'Alpha', 'Beta', 'Production/Stable', 'Matu
 py_versions = '3.10 3.11 3.12'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
-dev_requirements = shlex.split(cfg.get('dev_requirements', ''))
+extras = {name: shlex.split(cfg.get(f'{name}_requirements', '')) for name in ('dev', 'docs', 'build')}
 lic = licenses[cfg['license']]
 min_python = cfg['min_python']
 console_scripts = cfg.get('console_scripts', '').split()
@@ -28,7 +28,7 @@ setuptools.setup(
                 + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=['mtnlg', 'mtnlg.*']),
     include_package_data=True, package_data={'mtnlg': ['tasks/*.yaml']}, install_requires=requirements,
-    extras_require={'dev': dev_requirements}, python_requires='>=' + min_python,
+    extras_require=extras, python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(), long_description_content_type='text/markdown',
     zip_safe=False, entry_points={'console_scripts': console_scripts, 'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},
 )

@@ -4,12 +4,12 @@
 
 # %% ../nbs/90_cli.ipynb #b1eb51ae
 from __future__ import annotations
-import argparse, importlib, sys
+import argparse, importlib, os, re, sys, warnings
 from . import __version__
 from .config import ConfigError
 
 # %% auto #0
-__all__ = ['COMMANDS', 'build_parser', 'main']
+__all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #460aa9c8
 COMMANDS = {
@@ -30,14 +30,30 @@ def _module(name):
         raise
 
 # %% ../nbs/90_cli.ipynb #47368266
+NOTICES = ["Transformer Engine and Apex are not installed"]   # = mtnlg.topology.MEGATRON_NOTICES, here without torch
+VERBOSE_HELP = "also show library notices hidden by default (megatron-core's 'Transformer Engine and Apex' warnings)"
+
+def quiet_notices(verbose: bool = False) -> bool:
+    "Before any subcommand is imported: hide the notices here and in child processes unless verbose; True if hidden."
+    verbose = verbose or os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
+    os.environ["MTNLG_VERBOSE"] = "1" if verbose else "0"
+    mine = [f"ignore:{m}:UserWarning" for m in NOTICES]
+    rules = [r for r in os.environ.get("PYTHONWARNINGS", "").split(",") if r and r not in mine]
+    os.environ["PYTHONWARNINGS"] = ",".join(rules + ([] if verbose else mine))
+    if not verbose:
+        for m in NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
+    return not verbose
+
 def build_parser(argv=None):
     "The `mtnlg` parser; only the subcommand named in `argv` is imported."
     ap = argparse.ArgumentParser(prog="mtnlg", description="Megatron-Turing NLG, rebuilt: plan, data, train, eval, jobs.")
     ap.add_argument("--version", action="version", version=f"mtnlg {__version__}")
+    ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in (argv or []) if a in COMMANDS), None)
     for name, (mod, help) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
         if name == wanted:
             m = _module(name)
             if m is not None and hasattr(m, "cli_parser"): m.cli_parser(p)
@@ -46,6 +62,8 @@ def build_parser(argv=None):
 def main(argv=None):
     "Entry point of the `mtnlg` console script."
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_notices("--verbose" in argv)
+    argv = [a for a in argv if a != "--verbose"]  # accepted anywhere, also after a nested subcommand (`job run`)
     ap = build_parser(argv)
     args = ap.parse_args(argv)
     if not args.command: ap.print_help(); return 0

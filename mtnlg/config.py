@@ -291,13 +291,31 @@ def from_dict(d: dict) -> RunConfig:
     return RunConfig(**kw)
 
 def read_config_file(path) -> dict:
-    "Nested dict from a YAML or JSON file."
+    "Nested dict from a YAML or JSON file; a malformed one is one `ConfigError` naming file, line and column."
     p = Path(path)
-    if not p.exists(): raise ConfigError(f"config file {p} does not exist; pass an existing .yaml/.json path")
-    text = p.read_text()
-    if p.suffix == ".json": return json.loads(text)
-    import yaml
-    return yaml.safe_load(text) or {}
+    if not p.is_file(): raise ConfigError(f"config file {p} does not exist; pass an existing .yaml/.json path")
+    try: text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {p} cannot be read ({e}); pass a readable UTF-8 .yaml/.json file") from None
+    if p.suffix == ".json":
+        try: d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{p}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; fix the file there "
+                              "(double-quoted keys, no trailing commas)") from None
+    else:
+        import yaml
+        try: d = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            m = getattr(e, "problem_mark", None)
+            where = f"{p}:{m.line + 1}:{m.column + 1}" if m else str(p)
+            what = " ".join(str(getattr(e, "problem", None) or e).split())
+            raise ConfigError(f"{where}: malformed YAML: {what}; fix the file there "
+                              "(`key: value` lines, nested settings indented with spaces)") from None
+    if d is None: return {}
+    if not isinstance(d, dict):
+        raise ConfigError(f"config file {p} holds a {type(d).__name__}, not settings; write a mapping such as "
+                          "`model: {num_layers: 4}`")
+    return d
 
 # %% ../nbs/00_config.ipynb #dca4fa1d
 def _merge(base: dict, top: dict) -> dict:

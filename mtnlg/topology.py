@@ -12,8 +12,25 @@ import torch.distributed as dist
 from .config import ConfigError, ParallelConfig, RunConfig
 
 # %% auto #0
-__all__ = ['parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'Topology', 'init_distributed', 'seed_all',
-           'shutdown']
+__all__ = ['MEGATRON_NOTICES', 'quiet_megatron', 'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches',
+           'Topology', 'init_distributed', 'seed_all', 'shutdown']
+
+# %% ../nbs/02_topology.ipynb #65f403c2
+import re, warnings
+
+MEGATRON_NOTICES = ["Transformer Engine and Apex are not installed"]   # start of megatron-core's import notices
+
+def quiet_megatron(verbose: bool | None = None) -> bool:
+    "Hide megatron-core's import notices here and in child processes, unless `verbose` (default: $MTNLG_VERBOSE)."
+    if verbose is None: verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
+    if verbose: return False
+    for m in MEGATRON_NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
+    rules = [r for r in os.environ.get("PYTHONWARNINGS", "").split(",") if r]
+    rules += [f"ignore:{m}:UserWarning" for m in MEGATRON_NOTICES if f"ignore:{m}:UserWarning" not in rules]
+    os.environ["PYTHONWARNINGS"] = ",".join(rules)
+    return True
+
+quiet_megatron()
 
 # %% ../nbs/02_topology.ipynb #5f7b311e
 def parse_partition(method: str, num_layers: int, pp: int) -> list[int] | None:

