@@ -40,7 +40,7 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 200, s
     "Corpus -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`; returns the summary."
     from mtnlg.data import prepare_demo_corpus
     from mtnlg.train import run_training, latest_checkpoint, plan_steps
-    from mtnlg.eval import load_model_for_eval, evaluate
+    from mtnlg.eval import load_model_for_eval, evaluate, checkpoint_identity, run_tokenizer
     from mtnlg.topology import shutdown
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
@@ -69,7 +69,9 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 200, s
 
     t = _stage(3, 4, f"evaluate: {tasks}, {shots}-shot, {eval_limit} examples each", log)
     scorer, ck = load_model_for_eval(run)
-    try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.parent.name, data=eval_dir, log=log)
+    who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
+    try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.parent.name, data=eval_dir,
+                            log=log, model=who, tokenizer=tok)
     finally: shutdown()
     times["eval_s"] = round(time.time() - t, 1)
 
