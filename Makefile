@@ -7,7 +7,7 @@ STAMP := $(VENV)/.mtnlg-installed
 BUILD := .build
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: demo test lab env check-sync check-clean pytest readme export clean-build
+.PHONY: demo test lab env check-sync check-clean pytest readme export clean-build docs outputs check-outputs
 
 env: $(STAMP)
 
@@ -53,6 +53,18 @@ export: $(STAMP)
 readme: $(STAMP)
 	$(VENV)/bin/jupyter nbconvert --to markdown --execute --ExecutePreprocessor.kernel_name=mtnlg nbs/index.ipynb --output-dir $(BUILD)/readme
 	mv $(BUILD)/readme/index.md README.md
+
+# The documentation site (mkdocs, Python only) into _docs/: README as home page, one page per notebook with its
+# outputs (executed once, cached in .build/docs), API reference, search. Open _docs/index.html.
+docs: $(STAMP)
+	$(PY) docs/build.py --out _docs
+
+# Notebooks committed with outputs (docs/outputs.txt): re-execute them in place, or check they are current.
+outputs: $(STAMP)
+	$(PY) docs/build.py --outputs
+
+check-outputs: $(STAMP)
+	$(PY) docs/build.py --check-outputs
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --allow-root --no-browser --ip 127.0.0.1 --notebook-dir nbs

@@ -1,0 +1,181 @@
+"""The documentation site (`make docs`): built with mkdocs, opened page by page in headless Debian chromium, which
+must render every plot of every page and find no broken internal link; and the notebooks listed in
+docs/outputs.txt are committed with outputs that are what they make now."""
+import functools, http.server, json, os, re, shutil, subprocess, sys, threading, time, urllib.parse, urllib.request
+from pathlib import Path
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "docs"))
+import build as docs_build       # docs/build.py
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+def chromium_binary():
+    "Debian's chromium, installed with apt-get when missing (CI starts on a fresh machine)."
+    exe = shutil.which("chromium")
+    if exe: return exe
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        if p.returncode: pytest.fail(f"{' '.join(cmd)} failed; install Debian's chromium by hand:\n{p.stderr[-2000:]}")
+    exe = shutil.which("chromium")
+    if not exe: pytest.fail("apt-get installed chromium but no `chromium` is on PATH")
+    return exe
+
+class Browser:
+    "Headless chromium driven over the DevTools protocol (websocket-client): navigate, evaluate JavaScript."
+    def __init__(self, exe, profile: Path):
+        import websocket
+        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                      "--window-size=1280,900", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port_file, t = profile / "DevToolsActivePort", time.time()
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.proc.poll() is not None or time.time() - t > 60: raise RuntimeError("chromium did not start")
+            time.sleep(0.2)
+        port = int(port_file.read_text().split()[0])
+        pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30).read())
+        url = next(p["webSocketDebuggerUrl"] for p in pages if p["type"] == "page")
+        self.ws, self.n = websocket.create_connection(url, timeout=60, suppress_origin=True), 0
+
+    def call(self, method, **params):
+        self.n += 1; self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.n:
+                if "error" in msg: raise RuntimeError(f"{method}: {msg['error']}")
+                return msg["result"]
+
+    def eval(self, js):
+        r = self.call("Runtime.evaluate", expression=js, awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" in r: raise RuntimeError(f"{js[:80]}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def open(self, url):
+        "Navigate and wait until the page and all its images have loaded."
+        self.call("Page.navigate", url=url)
+        t = time.time()
+        while self.eval(f"document.readyState === 'complete' && location.href === {json.dumps(url)}") is not True:
+            if time.time() - t > 60: raise RuntimeError(f"{url} did not load")
+            time.sleep(0.1)
+        self.eval("Promise.all(Array.from(document.images).map(i => i.complete ? 1 : "
+                  "new Promise(r => { i.onload = i.onerror = r; })))")
+
+    def close(self):
+        self.ws.close(); self.proc.terminate(); self.proc.wait(timeout=30)
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    "The site, built as `make docs` does; the notebooks of docs/outputs.txt carry outputs (committed, else executed)."
+    out = tmp_path_factory.mktemp("site")
+    info = docs_build.build(out, ",".join(docs_build.committed_outputs()), work=tmp_path_factory.mktemp("docs_work"))
+    return out, info["notes"]
+
+@pytest.fixture(scope="session")
+def served(site):
+    out, _ = site
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a): pass
+    handler = functools.partial(Quiet, directory=str(out))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/"
+    srv.shutdown()
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory):
+    b = Browser(chromium_binary(), tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+def expected_images(nb_path: Path) -> int:
+    "Images among the outputs of the notebook the page was made from."
+    nb = json.loads(nb_path.read_text())
+    return sum(1 for c in nb["cells"] for o in c.get("outputs", []) if set(o.get("data", {})) & set(docs_build.IMAGE_TYPES))
+
+PAGE_INFO = """(() => ({
+  title: document.title,
+  text: document.querySelector('article') ? document.querySelector('article').innerText.length : 0,
+  images: Array.from(document.querySelectorAll('article img')).map(i => [i.src.slice(0, 60), i.complete && i.naturalWidth > 0]),
+  links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+  ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+}))()"""
+
+def test_site_has_home_notebook_pages_api_and_search(site):
+    out, notes = site
+    assert "Megatron-Turing NLG 530B" in (out / "index.html").read_text()          # the README is the home page
+    for nb in docs_build.notebooks():
+        assert (out / "nbs" / f"{nb.stem}.html").exists(), f"no page for {nb.name}"
+    for mod in docs_build.modules():
+        page = (out / "api" / f"{mod}.html").read_text()
+        assert mod in page, mod
+    cfg = (out / "api" / "mtnlg.config.html").read_text()
+    assert "load_config" in cfg and "transformer blocks" in cfg        # a docstring and an inline parameter doc
+    index = json.loads((out / "search" / "search_index.json").read_text())
+    locs = {d["location"].split("#")[0] for d in index["docs"]}
+    assert {"index.html", "nbs/01_memory.html", "api/mtnlg.config.html"} <= locs, sorted(locs)[:20]
+    for stem in docs_build.committed_outputs(): assert notes[stem] in ("committed outputs", "executed"), notes
+
+def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, browser):
+    out, _ = site
+    pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html")
+    info, plots = {}, {}
+    for page in pages:
+        browser.open(served + page)
+        info[page] = browser.eval(PAGE_INFO)
+        assert info[page]["text"] > 0, f"{page} shows no content"
+        src = out / Path(page).with_suffix(".ipynb")
+        if page.startswith("nbs/"): plots[page] = expected_images(src)
+        broken_imgs = [src for src, ok in info[page]["images"] if not ok]
+        assert not broken_imgs, f"{page}: images that do not render: {broken_imgs}"
+        assert len(info[page]["images"]) >= plots.get(page, 0), \
+            f"{page}: {plots[page]} plots in the notebook, {len(info[page]['images'])} rendered"
+    broken = []
+    for page, i in info.items():
+        for href in i["links"]:
+            u = urllib.parse.urlsplit(href)
+            if not href.startswith(served): continue                  # external: not checked (no network here)
+            target = urllib.parse.unquote(u.path[len(urllib.parse.urlsplit(served).path):]) or "index.html"
+            f = out / target
+            if f.is_dir(): f = f / "index.html"
+            if not f.exists(): broken.append(f"{page} -> {href}"); continue
+            if u.fragment and f.suffix == ".html":
+                ids = info.get(f.relative_to(out).as_posix(), {}).get("ids")
+                if ids is None: ids = re.findall(r'\bid="([^"]+)"', f.read_text())
+                if urllib.parse.unquote(u.fragment) not in ids: broken.append(f"{page} -> {href} (no such anchor)")
+    assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:30])
+    assert len(info["index.html"]["images"]) >= 1                   # the README's figures
+    assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks of docs/outputs.txt should show theirs"
+
+def test_search_finds_a_notebook_page(served, browser):
+    browser.open(served + "index.html")
+    hits = browser.eval("""new Promise(done => {
+      const q = document.querySelector('input[data-md-component=search-query]');
+      q.focus(); q.value = 'planner'; q.dispatchEvent(new Event('input', {bubbles: true})); q.dispatchEvent(new KeyboardEvent('keyup'));
+      let n = 0; const t = setInterval(() => {
+        const r = Array.from(document.querySelectorAll('.md-search-result__link')).map(a => a.href);
+        if (r.length || ++n > 100) { clearInterval(t); done(r); } }, 100); })""")
+    assert any("01_memory" in h for h in hits), hits
+
+def test_committed_outputs_are_current():
+    "Each notebook of docs/outputs.txt carries outputs, and they are what a fresh execution makes (text and plots)."
+    stems = docs_build.committed_outputs()
+    assert stems and all((ROOT / "nbs" / f"{s}.ipynb").exists() for s in stems), stems
+    bad = docs_build.check_outputs(stems)
+    assert not bad, "\n".join(bad) + "\nrun `make outputs`"
+
+def test_output_check_catches_stale_and_missing_outputs(tmp_path, monkeypatch):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)"), nbformat.v4.new_code_cell("#| eval: false\n1/0")])
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    monkeypatch.setattr(docs_build, "NBS", tmp_path)
+    nbformat.write(nb, tmp_path / "zz.ipynb")
+    assert "has no outputs" in docs_build.check_outputs(["zz"])[0]
+    fresh = docs_build.execute(tmp_path / "zz.ipynb")
+    assert fresh.cells[0].outputs[0]["text"] == "42\n" and not fresh.cells[1].outputs   # eval: false is not run
+    nbformat.write(fresh, tmp_path / "zz.ipynb")
+    assert docs_build.check_outputs(["zz"]) == []
+    fresh.cells[0].outputs[0]["text"] = "41\n"; nbformat.write(fresh, tmp_path / "zz.ipynb")
+    assert "committed text differs" in docs_build.check_outputs(["zz"])[0]
