@@ -13,13 +13,14 @@ from .config import atomic_write_text
 import numpy as np
 
 # %% auto #0
-__all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'STAT_COLUMNS', 'PAPER_BLEND', 'DEMO_WEIGHTS', 'DataError', 'gpt2_files', 'gpt2_encoding',
-           'Tokenizer', 'get_tokenizer', 'train_sentencepiece', 'Source', 'parse_source', 'Skips', 'read_documents',
-           'clean_text', 'clean', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier', 'quality_filter',
-           'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate', 'curate', 'report_frame',
-           'indexed_paths', 'tokenize_to_indexed', 'indexed_stats', 'BlendEntry', 'paper_blend', 'save_blend',
-           'load_blend', 'blend_table', 'plot_blend', 'ensure_helpers', 'build_datasets', 'fetch_demo_sources',
-           'demo_quality_classifier', 'prepare_demo_corpus', 'cli_parser', 'cli_run']
+__all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'PILE_SETS', 'STAT_COLUMNS', 'PAPER_BLEND', 'DEMO_WEIGHTS', 'DataError', 'gpt2_files',
+           'gpt2_encoding', 'Tokenizer', 'get_tokenizer', 'train_sentencepiece', 'Source', 'parse_source', 'Skips',
+           'read_documents', 'clean_text', 'clean', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier',
+           'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate',
+           'curate', 'report_frame', 'indexed_paths', 'tokenize_to_indexed', 'indexed_stats', 'BlendEntry',
+           'paper_blend', 'save_blend', 'load_blend', 'blend_table', 'blend_weights', 'make_blend', 'plot_blend',
+           'ensure_helpers', 'build_datasets', 'fetch_demo_sources', 'demo_quality_classifier', 'prepare_demo_corpus',
+           'cli_parser', 'cli_run']
 
 # %% ../nbs/05_data.ipynb #c2073272
 class DataError(ValueError):
@@ -116,33 +117,46 @@ def train_sentencepiece(texts: Iterable[str], model_prefix, vocab_size: int = 80
     return prefix.with_suffix(".model")
 
 # %% ../nbs/05_data.ipynb #6dcbb849
+PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw", "StackExchange",
+             "USPTO Backgrounds", "PubMed Abstracts", "Gutenberg (PG-19)", "OpenSubtitles", "Wikipedia (en)",
+             "DM Mathematics", "Ubuntu IRC", "BookCorpus2", "EuroParl", "HackerNews", "YoutubeSubtitles", "PhilPapers",
+             "NIH ExPorter", "Enron Emails"]   # the Pile's 22 subsets, as in its `meta.pile_set_name`
+
 @dataclass
 class Source:
     "One named text source to curate and blend."
     name: str                     # short name, used for output files and the blend
-    path: str                     # jsonl(.gz/.zst) file, text file, folder, or HF `save_to_disk` folder
-    text_key: str = "text"        # jsonl / HF field holding the text
+    path: str                     # jsonl(.gz/.zst)/parquet file, text file, folder, or HF `save_to_disk` folder
+    text_key: str = "text"        # jsonl / parquet / HF field holding the text
     glob: str = "**/*"            # files taken from a folder
     max_docs: int = 0             # stop after this many documents (0: all)
     split: str = ""               # plain text files: '' one document a file, 'line' one a line, 'blank' one a paragraph
     quality_filter: bool = False  # score with the quality classifier (web-like sources, as the paper did for CC)
+    pile_set: str = ""            # keep only jsonl records whose meta.pile_set_name is this Pile subset ('' all)
 
     def validate(self):
-        "Check name and path; raise `DataError` naming the problem."
+        "Check name, path and Pile subset; raise `DataError` naming the problem."
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name or ""):
             raise DataError(f"source name {self.name!r}: use letters, digits, '_', '-', '.'")
         if self.split not in ("", "line", "blank"):
             raise DataError(f"source {self.name}: split={self.split!r}; want '', 'line' or 'blank'")
+        if self.pile_set and self.pile_set not in PILE_SETS:
+            import difflib
+            near = difflib.get_close_matches(self.pile_set, PILE_SETS, n=3, cutoff=0.4)
+            raise DataError(f"source {self.name}: unknown Pile subset {self.pile_set!r}"
+                            + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
+                            + f"; the Pile's subsets are: {', '.join(PILE_SETS)}")
         if not Path(self.path).exists():
             raise DataError(f"source {self.name}: {self.path} does not exist; pass an existing file or folder")
         return self
 
 def parse_source(spec: str) -> Source:
-    "A `Source` from 'name=path' (or a bare path, named after the file); '+q' after the name turns on quality filtering."
+    "A `Source` from 'NAME[+q][@PILE SUBSET]=PATH' or a bare PATH ('+q': quality-filter it; '@': one Pile subset)."
     name, sep, path = spec.partition("=")
     if not sep: path, name = spec, Path(spec.rstrip("/")).name.split(".")[0]
+    name, _, pile = name.partition("@")
     q = name.endswith("+q")
-    return Source(name=name.removesuffix("+q"), path=path, quality_filter=q).validate()
+    return Source(name=name.removesuffix("+q"), path=path, quality_filter=q, pile_set=pile).validate()
 
 # %% ../nbs/05_data.ipynb #4f9691ed
 def _open_bytes(path):
@@ -173,26 +187,50 @@ def _bad(kind, where, msg, on_error, skips):
     raise DataError(f"{where}: {msg}; fix the input, or pass on_error='skip' (count and skip it) or 'replace' "
                     "(non-UTF-8 bytes become U+FFFD) (CLI: --on-error)")
 
-def _read_jsonl(path, text_key, on_error, skips):
-    with _open_bytes(path) as f:
-        for i, raw in enumerate(f, 1):
-            where = f"{path}:{i}"
-            try: line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                _bad("non_utf8", where, f"byte {raw[e.start]:#04x} at column {e.start + 1} is not UTF-8", on_error, skips)
-                if on_error != "replace": continue
-                line = raw.decode("utf-8", errors="replace")
-            if not line.strip(): continue
-            try: obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                _bad("malformed_json", where, f"malformed JSON ({e.msg} at column {e.colno})", on_error, skips); continue
-            if not isinstance(obj, dict) or not isinstance(obj.get(text_key), str):
-                _bad("no_text", where, f"no string field {text_key!r} (keys: {list(obj)[:8] if isinstance(obj, dict) else type(obj).__name__})",
-                     on_error, skips); continue
-            yield where, obj[text_key]
+def _unreadable(path, e):
+    return DataError(f"{path}: cannot read ({type(e).__name__}: {e}); check the file (permissions, a complete "
+                     "download, the compression its name says) or leave it out")
+
+def _read_jsonl(path, text_key, on_error, skips, pile_set=""):
+    try:
+        with _open_bytes(path) as f:
+            for i, raw in enumerate(f, 1):
+                where = f"{path}:{i}"
+                try: line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    _bad("non_utf8", where, f"byte {raw[e.start]:#04x} at column {e.start + 1} is not UTF-8", on_error, skips)
+                    if on_error != "replace": continue
+                    line = raw.decode("utf-8", errors="replace")
+                if not line.strip(): continue
+                try: obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    _bad("malformed_json", where, f"malformed JSON ({e.msg} at column {e.colno})", on_error, skips); continue
+                if not isinstance(obj, dict) or not isinstance(obj.get(text_key), str):
+                    keys = list(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
+                    _bad("no_text", where, f"no string field {text_key!r} (keys: {keys})", on_error, skips); continue
+                if pile_set and (obj.get("meta") or {}).get("pile_set_name") != pile_set: continue
+                yield where, obj[text_key]
+    except DataError: raise
+    except (OSError, EOFError, ValueError) as e: raise _unreadable(path, e) from None
+    except Exception as e:
+        if type(e).__module__.startswith("zstandard"): raise _unreadable(path, e) from None
+        raise
+
+def _read_parquet(path, text_key):
+    "Rows of a parquet file's `text_key` column, streamed by record batch."
+    import pyarrow.parquet as pq
+    try: f = pq.ParquetFile(path)
+    except Exception as e: raise _unreadable(path, e) from None
+    if text_key not in f.schema_arrow.names:
+        raise DataError(f"{path}: no column {text_key!r} (columns: {f.schema_arrow.names}); pass text_key")
+    i = 0
+    for b in f.iter_batches(columns=[text_key]):
+        for t in b.column(0).to_pylist():
+            yield f"{path}[{i}]", t or ""; i += 1
 
 def _read_text_file(path, on_error, skips):
-    raw = Path(path).read_bytes()
+    try: raw = Path(path).read_bytes()
+    except OSError as e: raise _unreadable(path, e) from None
     try: text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
@@ -212,6 +250,12 @@ def _split_items(items, how):
                 line += piece.count("\n") + (how == "line")
         else: yield where, text
 
+def _read_file(f, src, on_error, skips):
+    "(where, text) of one file of `src`: jsonl (optionally one Pile subset), parquet, or plain text."
+    if _is_jsonl(f): return _read_jsonl(f, src.text_key, on_error, skips, src.pile_set)
+    if str(f).endswith(".parquet"): return _read_parquet(f, src.text_key)
+    return _read_text_file(f, on_error, skips)
+
 def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None) -> Iterator[dict]:
     "Documents `{'id', 'text', 'source'}` of `src`, streamed; bad input raises `DataError` or is counted in `skips`."
     if on_error not in ("error", "skip", "replace"):
@@ -227,10 +271,9 @@ def read_documents(src: Source, on_error: str = "error", skips: Skips | None = N
         items = ((f"{p}[{i}]", r[src.text_key]) for i, r in enumerate(ds))
     elif p.is_dir():
         files = sorted(f for f in p.glob(src.glob) if f.is_file())
-        items = (it for f in files for it in (_read_jsonl(f, src.text_key, on_error, skips) if _is_jsonl(f)
-                                              else _read_text_file(f, on_error, skips)))
-    elif _is_jsonl(p): items = _read_jsonl(p, src.text_key, on_error, skips)
-    else: items = _read_text_file(p, on_error, skips)
+        if not files: raise DataError(f"{p}: no file matches glob {src.glob!r}; check the folder or pass another glob")
+        items = (it for f in files for it in _read_file(f, src, on_error, skips))
+    else: items = _read_file(p, src, on_error, skips)
     if src.split: items = _split_items(items, src.split)
     n = 0
     for where, text in items:
@@ -395,36 +438,51 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
             parts = line.split("\t")
             if len(parts) >= 5: yield "wic", parts[3]; yield "wic", parts[4]
 
-def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> np.ndarray:
-    "Sorted unique 64-bit hashes of the `n`-grams of all evaluation examples (cached in `cache_dir`)."
+def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> dict[int, np.ndarray]:
+    "{length: sorted unique 64-bit hashes}: `n`-grams of long examples, whole examples of `min_n`..`n`-1 words (cached)."
     d = Path(eval_dir)
+    if not d.is_dir(): raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
     stamp = hashlib.md5(json.dumps(sorted((str(p), p.stat().st_size) for p in d.rglob("*") if p.is_file())).encode()
-                        + f"{n},{min_n}".encode()).hexdigest()[:12]
-    cache = _cache_root(cache_dir) / "decontam" / f"eval-{n}grams-{stamp}.npy"
-    if cache.exists(): return np.load(cache)
-    parts = []
+                        + f"{n},{min_n},v2".encode()).hexdigest()[:12]
+    cache = _cache_root(cache_dir) / "decontam" / f"eval-{n}grams-{stamp}.npz"
+    if cache.exists():
+        with np.load(cache) as z: return {int(k[1:]): z[k] for k in z.files}
+    parts = collections.defaultdict(list)
     for _, t in eval_texts(d):
         h, _, _ = _words(t)
-        if len(h) >= n: parts.append(ngram_hashes(h, n))
-        elif len(h) >= min_n: parts.append(ngram_hashes(h, len(h)))
-    out = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+        if len(h) >= n: parts[n].append(ngram_hashes(h, n))
+        elif len(h) >= min_n: parts[len(h)].append(ngram_hashes(h, len(h)))   # Megatron: a short example is one n-gram
+    out = {k: np.unique(np.concatenate(v)) for k, v in sorted(parts.items())}
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.npy"); np.save(tmp, out); os.replace(tmp, cache)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.npz")
+    np.savez(tmp, **{f"n{k}": v for k, v in out.items()}); os.replace(tmp, cache)
     return out
 
 # %% ../nbs/05_data.ipynb #8a104b75
-def decontaminate_text(text: str, ngrams: np.ndarray, n: int = 13, margin: int = 200, min_piece: int = 200,
+def _as_ngram_sets(ngrams, n: int) -> dict[int, np.ndarray]:
+    "`eval_ngrams`' dict, or one sorted array of `n`-gram hashes, as {length: array}."
+    return {n: ngrams} if isinstance(ngrams, np.ndarray) else {int(k): v for k, v in ngrams.items() if len(v)}
+
+def _matches(h, sets):
+    "(first word, last word) of every word n-gram of `h` found in `sets` ({length: sorted hashes})."
+    out = []
+    for k, ref in sets.items():
+        g = ngram_hashes(h, k)
+        if len(g) == 0: continue
+        i = np.minimum(np.searchsorted(ref, g), len(ref) - 1)   # `ref` is sorted: binary search
+        out += [(j, j + k - 1) for j in np.flatnonzero(ref[i] == g)]
+    return sorted(out)
+
+def decontaminate_text(text: str, ngrams, n: int = 13, margin: int = 200, min_piece: int = 200,
                        max_splits: int = 10) -> tuple[list[str], int]:
     "(pieces kept, matches) of `text` after removing eval n-gram matches +/- `margin` chars (Megatron's rule)."
+    sets = _as_ngram_sets(ngrams, n)
     h, st, en = _words(text)
-    g = ngram_hashes(h, n)
-    if len(g) == 0 or len(ngrams) == 0: return [text], 0
-    i = np.minimum(np.searchsorted(ngrams, g), len(ngrams) - 1)   # `ngrams` is sorted: binary search
-    pos = np.flatnonzero(ngrams[i] == g)
-    if len(pos) == 0: return [text], 0
+    pos = _matches(h, sets) if sets else []
+    if not pos: return [text], 0
     spans = []
-    for j in pos:
-        a, b = max(0, st[j] - margin), min(len(text), en[j + n - 1] + margin)
+    for a, b in pos:
+        a, b = max(0, st[a] - margin), min(len(text), en[b] + margin)
         if spans and a <= spans[-1][1]: spans[-1][1] = max(spans[-1][1], b)
         else: spans.append([a, b])
     if len(spans) > max_splits: return [], len(pos)
@@ -433,7 +491,7 @@ def decontaminate_text(text: str, ngrams: np.ndarray, n: int = 13, margin: int =
     cuts.append(text[prev:])
     return [c.strip() for c in cuts if len(c.strip()) >= min_piece], len(pos)
 
-def decontaminate(docs: Iterable[dict], stats: dict, ngrams: np.ndarray, **kw) -> Iterator[dict]:
+def decontaminate(docs: Iterable[dict], stats: dict, ngrams, **kw) -> Iterator[dict]:
     "Remove evaluation-set n-gram matches from each document (pieces become documents); `kw` as `decontaminate_text`."
     for d in docs:
         pieces, hits = decontaminate_text(d["text"], ngrams, **kw)
@@ -489,7 +547,7 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
 def report_frame(report: dict):
     "The per-source report as a pandas DataFrame."
     import pandas as pd
-    return pd.DataFrame(report["sources"]).T.drop(columns=["path"], errors="ignore")
+    return pd.DataFrame(report["sources"]).T.drop(columns=["path", "prefix"], errors="ignore")
 
 # %% ../nbs/05_data.ipynb #a6a9a75b
 _WORKER_TOK = None
@@ -626,6 +684,40 @@ def blend_table(entries: list[BlendEntry], budget: float = 270e9):
     df["tokens_drawn"] = df.weight * budget
     df["epochs"] = df.tokens_drawn / df.tokens.astype(float)
     return df
+
+# %% ../nbs/05_data.ipynb #d63193d4
+def _key(name: str) -> str: return re.sub(r"[^a-z0-9]", "", name.lower())
+
+def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
+    "Weight of each source: the paper's (by dataset name) or from a {name: weight} dict / 'NAME=W,...' string."
+    if weights == "paper":
+        paper = {_key(e.name): e.weight for e in paper_blend()}
+        missing = [n for n in names if _key(n) not in paper]
+        if missing: raise DataError(f"sources {missing} are not datasets of the paper's blend "
+                                    f"({', '.join(e.name for e in paper_blend())}); rename them or pass weights")
+        return {n: paper[_key(n)] for n in names}
+    if isinstance(weights, str):
+        try: weights = {k.strip(): float(v) for k, v in (kv.split("=") for kv in weights.split(",") if kv.strip())}
+        except ValueError: raise DataError(f"weights {weights!r}: want 'paper' or NAME=WEIGHT,... (numbers)") from None
+    missing, extra = [n for n in names if n not in weights], [n for n in weights if n not in names]
+    if missing or extra: raise DataError(f"weights: no weight for {missing}, weight for unknown sources {extra}; "
+                                         f"give one weight for each of {names}")
+    bad = [n for n in names if not float(weights[n]) > 0]
+    if bad: raise DataError(f"weights of {bad} must be > 0; leave a source out to drop it")
+    return {n: float(weights[n]) for n in names}
+
+def make_blend(prefixes: dict[str, str], out, weights="paper", budget: float = 270e9):
+    "Write the blend spec `out` for the indexed datasets `prefixes` ({name: prefix}); the epochs table for `budget`."
+    if not prefixes: raise DataError("make_blend: no datasets; pass NAME=PREFIX for each tokenized source")
+    w = blend_weights(list(prefixes), weights)
+    out = Path(out); out.parent.mkdir(parents=True, exist_ok=True)
+    ents = []
+    for n, p in prefixes.items():
+        tokens = indexed_stats(p)["tokens"]
+        rel = os.path.relpath(Path(p).resolve(), out.resolve().parent)
+        ents.append(BlendEntry(n, rel, w[n], tokens))
+    save_blend(ents, out)
+    return blend_table(ents, budget)
 
 # %% ../nbs/05_data.ipynb #c69fe0ab
 def plot_blend(df, path=None, title="Blend composition"):
@@ -850,16 +942,20 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
     sources = fetch_demo_sources(root, max_docs, max_bytes, log=log) + extra
     qc = demo_quality_classifier(sources)
     if log: log(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
-    report = curate(sources, out / "curated", eval_dir=eval_dir, quality=qc, on_error="replace", cache_dir=root, log=log)
+    from .curation import CurationRun, curate_run
+    run = CurationRun(sources, str(out / "curation"), tasks=workers, eval_dir=str(eval_dir) if eval_dir else None,
+                      on_error="replace", tokenizer=tokenizer, cache_dir=str(root))
+    try: report = curate_run(run, qc, workers=workers, log=log)      # datatrove stages on `workers` processes
+    except DataError as e:
+        if "holds another curation run" not in str(e): raise
+        shutil.rmtree(out / "curation"); report = curate_run(run, qc, workers=workers, log=log)   # stale: start over
     w = {**DEMO_WEIGHTS, **{s.name: 0.1 for s in extra}, **(weights or {})}
     entries = []
     for s in sources:
         if report["sources"][s.name]["docs_out"] == 0:
             if log: log(f"{s.name}: no documents left after curation; left out of the blend")
             continue
-        r = tokenize_to_indexed(out / "curated" / f"{s.name}.jsonl", out / "indexed" / s.name, tokenizer, workers, log=log)
-        report["sources"][s.name]["tokens"] = r["tokens"]
-        entries.append(BlendEntry(s.name, f"indexed/{s.name}", w[s.name], r["tokens"]))
+        entries.append(BlendEntry(s.name, f"curation/indexed/{s.name}", w[s.name], report["sources"][s.name]["tokens"]))
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     save_blend(entries, spec)
     if log: log(f"demo corpus ready in {time.time() - t0:.0f}s: {spec}")
@@ -870,8 +966,8 @@ def cli_parser(p):
     "Add `mtnlg data` sub-subcommands to the argparse parser `p`."
     sub = p.add_subparsers(dest="data_cmd", metavar="ACTION", required=True)
     c = sub.add_parser("curate", help="clean, dedup, quality-filter and decontaminate sources into jsonl")
-    c.add_argument("sources", nargs="+", help="NAME=PATH (NAME+q=PATH: quality-filter it) or PATH")
-    c.add_argument("--out", required=True, help="output folder (one NAME.jsonl each + report.json)")
+    c.add_argument("sources", nargs="+", help="NAME=PATH, NAME+q=PATH (quality-filter it), NAME@SUBSET=PATH (a Pile subset) or PATH")
+    c.add_argument("--out", required=True, help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     c.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
     c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
     c.add_argument("--quality-good", nargs="*", default=[], help="sources of 'high quality' examples (NAME=PATH)")
@@ -879,6 +975,13 @@ def cli_parser(p):
     c.add_argument("--quality-threshold", type=float, default=0.5)
     c.add_argument("--split", default="", choices=["", "line", "blank"], help="plain text: one doc a file/line/paragraph")
     c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
+    c.add_argument("--executor", default="local", choices=["local", "slurm", "single"],
+                   help="datatrove stages on local worker processes or Slurm job arrays; 'single': one process, jsonl only")
+    c.add_argument("--tasks", type=int, default=2, help="shards of each per-document stage (local and slurm)")
+    c.add_argument("--workers", type=int, default=2, help="local executor: worker processes")
+    c.add_argument("--partition", default=None, help="slurm executor: the partition of the job arrays")
+    c.add_argument("--time", default="04:00:00", help="slurm executor: time limit of each task")
+    c.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model (local and slurm)")
     t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
     t.add_argument("inputs", nargs="+"); t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
     t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
@@ -889,6 +992,11 @@ def cli_parser(p):
     b.add_argument("--seq", type=int, default=64); b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
     b.add_argument("--split", default="969,30,1"); b.add_argument("--seed", type=int, default=1234)
     b.add_argument("--cache-dir", default="")
+    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the epochs table for a budget")
+    bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
+    bl.add_argument("--out", required=True, help="blend spec to write (.json or .yaml)")
+    bl.add_argument("--weights", default="paper", help="'paper' (Table 1, by dataset name) or NAME=W,NAME=W,...")
+    bl.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
     s = sub.add_parser("stats", help="documents/tokens of PREFIX, or a blend table (+ epochs for --budget)")
     s.add_argument("data", help="PREFIX, blend spec, or 'paper'"); s.add_argument("--budget", type=float, default=270e9)
     s.add_argument("--plot", default=None, help="write the seaborn blend chart to this PNG")
@@ -906,18 +1014,34 @@ def cli_run(args) -> int:
     "Run `mtnlg data ACTION`."
     try:
         if args.data_cmd == "curate":
-            qc = None
+            qc, srcs = None, _sources(args.sources, args.split)
             if args.quality_good or args.quality_web:
                 get = lambda specs: [d["text"][:3000] for s in _sources(specs) for d in read_documents(s, on_error="skip")]
                 qc = QualityClassifier().fit(get(args.quality_good), get(args.quality_web))
                 print(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
-            rep = curate(_sources(args.sources, args.split), args.out, eval_dir=args.eval_dir, quality=qc,
-                         quality_threshold=args.quality_threshold, min_chars=args.min_chars, on_error=args.on_error)
-            print(report_frame(rep).to_string())
+            if args.executor == "single":
+                rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc, quality_threshold=args.quality_threshold,
+                             min_chars=args.min_chars, on_error=args.on_error)
+                print(report_frame(rep).to_string()); return 0
+            from .curation import CurationRun, curate_run, stage_table
+            run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir, min_chars=args.min_chars,
+                              quality_threshold=args.quality_threshold, on_error=args.on_error, tokenizer=args.tokenizer)
+            res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
+                             **({"time_limit": args.time} if args.executor == "slurm" else {}))
+            if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
+            print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
         elif args.data_cmd == "tokenize":
             r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers, text_key=args.text_key,
                                     on_error=args.on_error)
             print(json.dumps(r))
+        elif args.data_cmd == "blend":
+            pre = {}
+            for spec in args.datasets:
+                name, sep, path = spec.partition("=")
+                if not sep: name, path = Path(spec).name, spec
+                pre[name] = path
+            df = make_blend(pre, args.out, args.weights, args.budget)
+            print(df.to_string(float_format=lambda x: f"{x:.4g}")); print(f"blend spec: {args.out}")
         elif args.data_cmd == "build":
             from .config import DataConfig
             sizes = tuple(int(x) for x in args.samples.split(","))

@@ -188,16 +188,156 @@ def test_cli(tmp_path, shared_data):
                               cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     r = run("curate", f"speech={shared_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur")
     assert r.returncode == 2 and "2005-Bush.txt:10: byte 0xa1 is not UTF-8" in r.stderr   # real data has a Latin-1 byte
-    assert not (tmp_path / "cur/speech.jsonl").exists()
-    r = run("curate", f"speech={shared_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur", "--on-error", "replace")
+    assert not (tmp_path / "cur/curated").exists()
+    r = run("curate", f"speech={shared_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur2", "--on-error", "replace")
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "cur/report.json").read_text())["sources"]["speech"]["docs_out"] > 40
-    r = run("tokenize", tmp_path / "cur/speech.jsonl", "--out", tmp_path / "idx/speech", "--workers", 2)
+    assert json.loads((tmp_path / "cur2/report.json").read_text())["sources"]["speech"]["docs_out"] > 40
+    assert "decontaminate" in r.stdout and "MB/s/cpu" in r.stdout                 # the per-step table
+    r = run("tokenize", tmp_path / "cur2/curated/speech.jsonl", "--out", tmp_path / "idx/speech", "--workers", 2)
     assert r.returncode == 0 and json.loads(r.stdout.strip().splitlines()[-1])["documents"] > 40
     r = run("stats", tmp_path / "idx/speech"); assert r.returncode == 0 and '"tokens"' in r.stdout
-    D.save_blend([D.BlendEntry("speech", "idx/speech", 1.0)], tmp_path / "b.json")
-    r = run("build", tmp_path / "b.json", "--seq", 32, "--samples", "100,10,0", "--split", "90,10,0")
-    assert r.returncode == 0 and "train: BlendedDataset" in r.stdout or "train: GPTDataset" in r.stdout, r.stdout + r.stderr
+    r = run("blend", f"Books3={tmp_path}/idx/speech", f"PubMed_Abstracts={tmp_path}/cur2/indexed/speech", "--out",
+            tmp_path / "paper.json", "--budget", "1e6")
+    assert r.returncode == 0 and "epochs" in r.stdout and "tokens_drawn" in r.stdout, r.stdout + r.stderr
+    assert [e.weight for e in D.load_blend(tmp_path / "paper.json")] == [.14336, .02897]
+    r = run("build", tmp_path / "paper.json", "--seq", 32, "--samples", "100,10,0", "--split", "90,10,0")
+    assert r.returncode == 0 and "train: BlendedDataset" in r.stdout and "drawn fractions" in r.stdout, r.stdout + r.stderr
     r = run("stats", "paper", "--plot", tmp_path / "p.png"); assert r.returncode == 0 and (tmp_path / "p.png").exists()
     r = run("tokenize", tmp_path / "missing.jsonl", "--out", tmp_path / "x")
     assert r.returncode == 2 and "missing.jsonl does not exist" in r.stderr
+
+
+# ---------------------------------------------------------------- issue 17: defects, datatrove curation, Slurm
+
+def test_short_eval_examples_are_removed(shared_data, tmp_path):
+    "Megatron's short-example rule: a WiC sentence or PIQA goal of 8-12 words is matched as a whole."
+    import re
+    ng = D.eval_ngrams(shared_data / "eval", cache_dir=tmp_path)
+    assert set(ng) == set(range(8, 14)) and all(len(ng[k]) > 0 for k in range(8, 13))
+    short = {"wic": [], "piqa": []}
+    for task, t in D.eval_texts(shared_data / "eval"):
+        if task in short and 8 <= len(re.findall(r"\w+", t)) < 13: short[task].append(t)
+    assert len(short["wic"]) > 400 and len(short["piqa"]) > 100        # the examples the 13-gram rule alone missed
+    filler = (shared_data / "corpus/gutenberg/milton-paradise.txt").read_text()[20_000:21_000]
+    for s in short["wic"][::20] + short["piqa"][::5]:
+        pieces, hits = D.decontaminate_text(f"{filler} {s} {filler}", ng)
+        assert hits >= 1 and all(s not in p for p in pieces) and len(pieces) == 2, s
+    wic = [t for task, t in D.eval_texts(shared_data / "eval") if task == "wic"]
+    seven = next(t for t in wic if len(re.findall(r"\w+", t)) == 7)      # under 8 words: not an n-gram
+    assert D.decontaminate_text(f"{filler} {seven} {filler}", ng)[1] == 0
+
+
+def test_pile_subset(tmp_path):
+    rows = [("Pile-CC", "a web page"), ("Books3", "a book"), ("Pile-CC", "another page"), ("Github", "code")]
+    p = tmp_path / "00.jsonl"
+    p.write_text("".join(json.dumps({"text": t, "meta": {"pile_set_name": s}}) + "\n" for s, t in rows))
+    assert [d["text"] for d in D.read_documents(D.parse_source(f"cc@Pile-CC={p}"))] == ["a web page", "another page"]
+    assert [d["id"] for d in D.read_documents(D.Source("b", str(p), pile_set="Books3"))] == [f"{p}:2"]
+    with pytest.raises(D.DataError, match=r"unknown Pile subset 'Pile CC' \(did you mean 'Pile-CC'"):
+        D.parse_source(f"cc@Pile CC={p}")
+
+
+def test_unreadable_files_are_named(tmp_path):
+    bad = tmp_path / "broken.jsonl.gz"; bad.write_bytes(b"not gzip at all")
+    with pytest.raises(D.DataError, match=r"broken.jsonl.gz: cannot read \(BadGzipFile"):
+        list(D.read_documents(D.Source("s", str(bad))))
+    z = tmp_path / "bad.jsonl.zst"; z.write_bytes(b'{"text": "plain jsonl named .zst"}\n')
+    with pytest.raises(D.DataError, match=r"bad.jsonl.zst: cannot read \(ZstdError"): list(D.read_documents(D.Source("s", str(z))))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(D.DataError, match=r"empty: no file matches glob '\*\*/\*.txt'"):
+        list(D.read_documents(D.Source("s", str(tmp_path / "empty"), glob="**/*.txt")))
+
+
+def test_make_blend_paper_weights_and_epochs(tmp_path, shared_data):
+    pre = {}
+    for name, f in (("Books3", "tinyshakespeare/input.txt"), ("wikipedia", "wikitext2/test.txt")):
+        D.tokenize_to_indexed(D.Source(name, str(shared_data / "corpus" / f), split="blank"), tmp_path / "idx" / name,
+                              workers=1, log=None)
+        pre[name] = tmp_path / "idx" / name
+    df = D.make_blend(pre, tmp_path / "spec/blend.json", budget=1e7)
+    ents = D.load_blend(tmp_path / "spec/blend.json")            # paths relative to the spec, files checked
+    assert [e.weight for e in ents] == [.14336, .04771] and all(e.tokens > 0 for e in ents)
+    w3 = .14336 / (.14336 + .04771)
+    assert abs(df.loc["Books3", "weight"] - w3) < 1e-12
+    assert abs(df.loc["Books3", "epochs"] - w3 * 1e7 / ents[0].tokens) < 1e-9
+    with pytest.raises(D.DataError, match="not datasets of the paper's blend"):
+        D.make_blend({"mine": pre["Books3"]}, tmp_path / "x.json")
+    with pytest.raises(D.DataError, match=r"no weight for \['wikipedia'\]"):
+        D.make_blend(pre, tmp_path / "x.json", weights="Books3=1")
+
+
+# A curation run of the datatrove stages on real text with planted problems, shared by the tests below.
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory, shared_data):
+    from mtnlg.curation import CurationRun, curate_run, planted_corpus
+    root = tmp_path_factory.mktemp("curation")
+    srcs, qc, plant = planted_corpus(root / "in", shared_data)
+    run = CurationRun(srcs, str(root / "local"), tasks=2, eval_dir=str(shared_data / "eval"), cache_dir=str(root / "cache"))
+    rep = curate_run(run, qc, workers=2, log=None)
+    return {"root": root, "srcs": srcs, "qc": qc, "plant": plant, "run": run, "rep": rep}
+
+
+def _texts(folder, name):
+    return [json.loads(l) for l in (Path(folder) / "curated" / f"{name}.jsonl").open()]
+
+
+def test_curation_rules_each_remove_their_plant(planted):
+    p, rep = planted["plant"], planted["rep"]["sources"]
+    web = "\n".join(d["text"] for d in _texts(planted["run"].out, "web"))
+    news = _texts(planted["run"].out, "news")
+    # exact duplicate (other case/spacing) and near-duplicate of book pages: removed from web by exact/fuzzy dedup
+    assert (rep["web"]["exact_dups"], rep["web"]["fuzzy_dups"]) == (1, 1)
+    assert p["exact"].strip()[:200] not in web.upper() and p["near"][:300] not in web
+    assert all(rep[s]["exact_dups"] == rep[s]["fuzzy_dups"] == 0 for s in ("books", "news"))   # the originals stay
+    # low-quality pages: removed by the classifier, and only those (the 4 good web pages pass)
+    assert rep["web"]["scored"] == 18 - 2 and rep["web"]["low_quality"] == len(p["low"]) == 12
+    assert rep["web"]["docs_out"] == 4 and all(lo[:100] not in web for lo in p["low"])
+    # eval passages, long (LAMBADA) and short (WiC): cut out of their pages, the rest of the pages kept
+    assert rep["news"]["contaminated"] == 2 and rep["news"]["contam_dropped"] == 0 and rep["news"]["docs_out"] == 7
+    assert not any(p["short"] in d["text"] or p["lambada"][:60] in d["text"] for d in news)
+    assert [d["id"].rsplit(":", 1)[1] for d in news] == ["1", "2#0", "2#1", "3", "4#0", "4#1", "5"]
+    assert rep["books"]["docs_out"] == 40 and sum(r["too_short"] for r in rep.values()) == 0
+    st = json.loads((Path(planted["run"].out) / "stats.json").read_text())
+    steps = {r["step"]: r for r in st}
+    assert steps["dedup"]["removed"] == "exact_dups=1, fuzzy_dups=1" and steps["quality"]["removed"] == "low_quality=12"
+    assert steps["read"]["docs_out"] == 63 and steps["tokenize"]["docs_out"] == 51
+
+
+def test_curation_same_token_ids_as_one_process_curate(planted, shared_data):
+    root, out = planted["root"], Path(planted["run"].out)
+    old = D.curate(planted["srcs"], root / "old", eval_dir=shared_data / "eval", quality=planted["qc"],
+                   cache_dir=root / "cache", log=None)
+    tok = D.get_tokenizer("gpt2")
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    for s in planted["srcs"]:
+        assert (root / f"old/{s.name}.jsonl").read_text() == (out / f"curated/{s.name}.jsonl").read_text()
+        D.tokenize_to_indexed(root / f"old/{s.name}.jsonl", root / f"oldidx/{s.name}", workers=1, log=None)
+        for ext in ("bin", "idx"):
+            assert (root / f"oldidx/{s.name}.{ext}").read_bytes() == (out / f"indexed/{s.name}.{ext}").read_bytes()
+        ds, docs = IndexedDataset(str(out / f"indexed/{s.name}")), _texts(out, s.name)
+        assert list(ds[len(ds) - 1]) == tok.tokenize(docs[-1]["text"]) + [tok.eod]
+        assert {k: v for k, v in planted["rep"]["sources"][s.name].items() if k in D.STAT_COLUMNS} == \
+               {k: v for k, v in old["sources"][s.name].items() if k in D.STAT_COLUMNS}
+
+
+def test_curation_bad_input(planted, tmp_path):
+    from mtnlg.curation import CurationRun, curate_run
+    srcs, qc = planted["srcs"], planted["qc"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "fine " * 60}) + "\n" + '{"text": "oops\n')
+    with pytest.raises(D.DataError, match=r"bad.jsonl:2: malformed JSON"):
+        curate_run(CurationRun([D.Source("bad", str(bad))], str(tmp_path / "r1"), tasks=1), workers=1, log=None)
+    assert not (tmp_path / "r1/curated").exists()
+    gz = tmp_path / "broken.jsonl.gz"; gz.write_bytes(b"\x1f\x8b garbage")
+    with pytest.raises(D.DataError, match="broken.jsonl.gz: cannot read"):
+        curate_run(CurationRun([D.Source("gz", str(gz))], str(tmp_path / "r2"), tasks=1), workers=1, log=None)
+    with pytest.raises(D.DataError, match="unknown Pile subset 'Books 3'"):
+        curate_run(CurationRun([D.Source("b", str(bad), pile_set="Books 3")], str(tmp_path / "r3")), log=None)
+    assert not (tmp_path / "r3").exists()                                   # refused before any work
+    with pytest.raises(D.DataError, match=r"holds another curation run \(it differs in eval_dir, min_chars\)"):
+        curate_run(CurationRun(srcs, planted["run"].out, tasks=2, min_chars=100), qc, log=None)
+    with pytest.raises(D.DataError, match="ask for quality filtering"):
+        curate_run(CurationRun(srcs, str(tmp_path / "r4")), None, log=None)
+    (tmp_path / "r5").mkdir(); (tmp_path / "r5/notes.txt").write_text("mine")
+    with pytest.raises(D.DataError, match="holds no run.json"):
+        curate_run(CurationRun([D.Source("b", str(bad))], str(tmp_path / "r5")), log=None)
