@@ -18,6 +18,7 @@ COMMANDS = {
     "train":  ("mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
     "eval":   ("mtnlg.eval",  "zero/one/few-shot evaluation of a checkpoint"),
     "export": ("mtnlg.export", "export a checkpoint to Hugging Face format, or import one"),
+    "generate": ("mtnlg.generate", "generate text from a checkpoint or HF model (any TP x PP layout)"),
     "job":    ("mtnlg.jobs",  "run notebooks with papermill, locally or as Slurm jobs"),
     "demo":   ("mtnlg.demo",  "the whole pipeline end to end on the embedded default"),
 }

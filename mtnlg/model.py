@@ -61,7 +61,9 @@ class Embedding(nn.Module):
     @property
     def word_embeddings_weight(self): return self.word.weight
 
-    def forward(self, tokens):                          # [B, S] int -> [B, S, H]
+    def forward(self, tokens, positions=None):          # [B, S] int -> [B, S, H]
+        # positions: [B, S] per-row positions (decoding with a cache or left padding); default 0..S-1
+        if positions is not None: return self.drop(self.word(tokens) + self.pos(positions))
         pos = torch.arange(tokens.shape[1], device=tokens.device)
         return self.drop(self.word(tokens) + self.pos(pos)[None])
 
@@ -80,13 +82,17 @@ class Attention(nn.Module):
                                           skip_bias_add=False)
         _mark_tp(self.qkv.weight, 0); _mark_tp(self.proj.weight, 1)
 
-    def forward(self, x):                               # [B, S, H] -> [B, S, H]
+    def forward(self, x, kv=None):                      # [B, S, H] -> [B, S, H]
+        # kv: a KV cache of this layer (mtnlg.generate): kv(k, v) -> (all keys, all values, attention mask)
         from megatron.core import tensor_parallel as tpl
         B, S, _ = x.shape
         qkv, _ = self.qkv(x)
         q, k, v = qkv.view(B, S, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each [B, heads, S, hd]
         p = self.p if self.training else 0.0
-        if p > 0:                                        # dropout inside the TP region: model-parallel RNG
+        if kv is not None:                               # decoding: this rank's heads' cache, an explicit mask
+            k, v, mask = kv(k, v)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif p > 0:                                        # dropout inside the TP region: model-parallel RNG
             with tpl.get_cuda_rng_tracker().fork():
                 o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else: o = F.scaled_dot_product_attention(q, k, v, is_causal=True)   # flash kernel on GPU (bf16/fp16)
@@ -120,8 +126,8 @@ class Block(nn.Module):
         self.ln2, self.mlp = nn.LayerNorm(h, eps=eps, device=dev), MLP(cfg)
         self.drop = nn.Dropout(cfg.hidden_dropout)
 
-    def forward(self, x):
-        x = x + self.drop(self.attn(self.ln1(x)))
+    def forward(self, x, kv=None):                      # kv: this layer's KV cache when decoding
+        x = x + self.drop(self.attn(self.ln1(x), kv))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 class FinalNorm(nn.Module):

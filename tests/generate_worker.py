@@ -1,0 +1,29 @@
+"""One rank of the TP x PP generation test: every decoding case of tests/test_generate.py, written as JSON by rank 0.
+Usage: torchrun --nproc-per-node=N tests/generate_worker.py RUN_DIR OUT.json TP PP"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from dataclasses import asdict
+from mtnlg.generate import load_generator, generate_until
+from mtnlg.topology import shutdown
+
+PROMPTS = ["The quick brown fox", "Hello", "In the beginning God created the heaven and the earth"]
+SAMPLE = dict(do_sample=True, temperature=0.9, top_k=40, top_p=0.95, seed=11, max_new_tokens=12)
+
+
+def cases(gen) -> dict:
+    "Every case, as lists of generated tokens (and texts for the lm-eval hook)."
+    toks = lambda gs: [g.tokens for g in gs]
+    return {"greedy": toks(gen.generate(PROMPTS, max_new_tokens=12)),
+            "greedy_nocache": toks(gen.generate(PROMPTS, max_new_tokens=12, use_cache=False)),
+            "sample": toks(gen.generate(PROMPTS, **SAMPLE)),
+            "sample_nocache": toks(gen.generate(PROMPTS, use_cache=False, **SAMPLE)),
+            "until": generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in PROMPTS])}
+
+
+if __name__ == "__main__":
+    run, out, tp, pp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    gen = load_generator(run, tp, pp)
+    res = cases(gen)
+    if gen.rank0:
+        with open(out, "w") as f: json.dump(res, f)
+    shutdown()

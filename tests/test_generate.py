@@ -1,0 +1,141 @@
+"""Text generation (mtnlg.generate): greedy at TP2 x PP2 equals transformers' `generate` on the fp32 HF export, token
+for token, for a batch of prompts of different lengths; seeded sampling is repeatable and layout-independent; the KV
+cache changes no token; bad input fails before any work with one clear line."""
+import json, os, subprocess, sys
+import pytest
+import torch
+from mtnlg import generate as G
+from mtnlg.cli import main
+from conftest import ROOT, LAUNCHER_VARS
+
+sys.path.insert(0, str(ROOT / "tests"))
+import generate_worker as W
+
+
+def _env():
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    "A tiny model trained for 20 steps on mock data (one process)."
+    run = tmp_path_factory.mktemp("gen") / "run"
+    code = "import sys; from mtnlg.cli import main; sys.exit(main())"
+    p = subprocess.run([sys.executable, "-c", code, "train", "--preset", "tiny", "--steps", "20", "--data", "mock",
+                        "--out", str(run)], capture_output=True, text=True, env=_env(), timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return run
+
+
+@pytest.fixture(scope="session")
+def tp2pp2(trained_run, tmp_path_factory):
+    "Every case of generate_worker.py decoded on 4 processes (TP2 x PP2)."
+    from mtnlg.jobs import launch_command
+    out = tmp_path_factory.mktemp("gen_out") / "tp2pp2.json"
+    cmd = launch_command([str(ROOT / "tests" / "generate_worker.py"), str(trained_run), str(out), "2", "2"], 4)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="session")
+def one(trained_run):
+    "Every case decoded on this one process."
+    gen = G.load_generator(trained_run)
+    return gen, W.cases(gen)
+
+
+@pytest.fixture(scope="session")
+def hf(trained_run, tmp_path_factory):
+    from mtnlg.export import export_run
+    from transformers import AutoModelForCausalLM
+    d = export_run(trained_run, tmp_path_factory.mktemp("gen_hf") / "hf", dtype="fp32")
+    return d, AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+
+
+def _hf_generate(model, tok, prompts, **kw):
+    "transformers' generate on left-padded prompts; the new tokens of each row, cut after its first EOD."
+    ids = [tok.tokenize(p) for p in prompts]
+    L = max(map(len, ids))
+    x = torch.tensor([[tok.eod] * (L - len(i)) + i for i in ids])
+    mask = torch.tensor([[0] * (L - len(i)) + [1] * len(i) for i in ids])
+    out = model.generate(input_ids=x, attention_mask=mask, pad_token_id=tok.eod, **kw)[:, L:].tolist()
+    return [r[:r.index(tok.eod) + 1] if tok.eod in r else r for r in out]
+
+
+def test_greedy_tp2pp2_equals_transformers_generate(tp2pp2, one, hf):
+    gen, _ = one
+    ref = _hf_generate(hf[1], gen.tok, W.PROMPTS, max_new_tokens=12, do_sample=False)
+    assert len({len(gen.tok.tokenize(p)) for p in W.PROMPTS}) == 3          # three prompt lengths in one batch
+    assert tp2pp2["greedy"] == ref and one[1]["greedy"] == ref
+    # and the comparison can fail: one prompt's continuation differs from that prompt alone after another start
+    assert _hf_generate(hf[1], gen.tok, ["Hello there"], max_new_tokens=12, do_sample=False)[0] != ref[1]
+
+
+def test_seeded_sampling_repeatable_and_layout_independent(tp2pp2, one):
+    gen, cases = one
+    assert tp2pp2["sample"] == cases["sample"]                              # TP2 x PP2 == one process
+    again = [g.tokens for g in gen.generate(W.PROMPTS, **W.SAMPLE)]
+    assert again == cases["sample"]
+    other = [g.tokens for g in gen.generate(W.PROMPTS, **(W.SAMPLE | {"seed": 12}))]
+    assert other != cases["sample"] and cases["sample"] != cases["greedy"]
+
+
+def test_cache_changes_no_token(tp2pp2, one):
+    for c in (tp2pp2, one[1]):
+        assert c["greedy_nocache"] == c["greedy"] and c["sample_nocache"] == c["sample"]
+
+
+def test_hf_model_through_the_same_loop(one, hf):
+    gen, cases = one
+    hg = G.load_generator(hf[0])
+    assert [g.tokens for g in hg.generate(W.PROMPTS, max_new_tokens=12)] == cases["greedy"]
+
+
+def test_generate_until_for_lm_eval(tp2pp2, one):
+    gen, cases = one
+    assert tp2pp2["until"] == cases["until"]
+    texts = G.generate_until(gen, [(W.PROMPTS[0], {"until": ["\n\n"], "max_gen_toks": 6})])
+    assert texts == cases["until"][:1] and len(gen.tok.tokenize(texts[0])) <= 6
+    full = gen.generate(W.PROMPTS[0], max_new_tokens=12).text
+    stop = full[3:5]
+    cut = G.generate_until(gen, [(W.PROMPTS[0], {"until": [stop], "max_gen_toks": 12})])[0]
+    assert cut == full[:full.index(stop)]
+
+
+def test_stream_and_stop_strings(one):
+    gen, _ = one
+    pieces = []
+    g = gen.generate(W.PROMPTS[2], max_new_tokens=12, on_text=pieces.append)
+    assert "".join(pieces) == g.text and len(pieces) > 1
+    stop = g.text[len(g.text) // 2:len(g.text) // 2 + 3]
+    s = gen.generate(W.PROMPTS[2], max_new_tokens=12, stop=[stop])
+    assert s.finish == "stop" and stop not in s.text and g.text.startswith(s.text)
+
+
+def test_cli_streams_one_prompt(trained_run, capsys):
+    assert main(["generate", "--checkpoint", str(trained_run), "--prompt", "Hello", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.startswith("Hello")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--prompt", ""], "empty"),
+    (["--prompt", "word " * 70, "--max-new-tokens", "4"], "truncate"),
+    (["--prompt", "hi", "--max-new-tokens", "64"], "past the context"),
+    (["--prompt", "hi", "--sample", "--top-p", "0"], "(0, 1]"),
+    (["--prompt", "hi", "--sample", "--top-p", "1.5"], "(0, 1]"),
+    (["--prompt", "hi", "--tp", "3"], "--tp 3"),
+    (["--prompts", "/nonexistent/prompts.txt"], "no such file"),
+])
+def test_bad_input(trained_run, capsys, argv, msg):
+    assert main(["generate", "--checkpoint", str(trained_run), *argv]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1, err
+
+
+def test_left_truncation_keeps_the_end(one):
+    gen, _ = one
+    long = "word " * 70
+    g = gen.generate(long, max_new_tokens=4, truncate="left")
+    ids = gen.tok.tokenize(long)[-(gen.dec.max_len - 4):]
+    assert g.tokens == gen.generate_ids([ids], G.Sampling(max_new_tokens=4))[0][1]
