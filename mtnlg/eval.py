@@ -3,7 +3,7 @@
 # %% ../nbs/07_eval.ipynb #e4db0250
 from __future__ import annotations
 import csv, gzip, hashlib, importlib.util, json, os, re, time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 from .config import atomic_write_text
@@ -69,8 +69,8 @@ def load_paper_tasks() -> dict[str, PaperTask]:
         out[y["task"]] = PaperTask(y["task"], y, p, y["headline"], float(y["chance"]), y["shots"])
     return out
 
-TASKS = {n: t for n, t in load_paper_tasks().items() if n in PAPER_TASKS}
-TASKS = {n: TASKS[n] for n in PAPER_TASKS}
+_ALL = load_paper_tasks()
+TASKS = {n: _ALL[n] for n in PAPER_TASKS}                       # the nine paper tasks, in the paper's order
 
 # %% ../nbs/07_eval.ipynb #c7bc4d61
 def _jsonl(p):
@@ -263,6 +263,8 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     "Task names from a comma list; 'paper' (or 'all'): every paper task whose data is present, the rest skipped with a message."
     names = [t.strip().lower() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if names in (["paper"], ["all"]):
+        if data and not Path(data).is_dir():
+            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the evaluation sets")
         keep = []
         for n in TASKS:
             try: task_source(n, data); keep.append(n)
@@ -296,6 +298,8 @@ def task_yaml(name: str, k: int = 0) -> PaperTask:
     all_ = load_paper_tasks()
     return all_["lambada_cloze"] if name == "lambada" and k > 0 else all_[name]
 
+_DSETS: dict = {}
+
 def task_config(name: str, k: int = 0, data=None) -> dict:
     "The lm-eval task config of `name` at `k` shots: lm-eval's own YAML, our overlay, the local data as its dataset."
     from lm_eval.tasks._yaml_loader import load_yaml
@@ -304,8 +308,9 @@ def task_config(name: str, k: int = 0, data=None) -> dict:
     base = load_yaml(_lm_eval_tasks() / y["extends"]) if "extends" in y else {}
     cfg = {**base, **{key: v for key, v in y.items() if key not in MTNLG_KEYS}}
     for key in ("dataset_path", "dataset_name", "dataset_kwargs", "tag", "group", "include"): cfg.pop(key, None)
-    docs, _ = load_docs(name, data)
-    cfg["custom_dataset"] = lambda **_: datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
+    docs, src = load_docs(name, data)
+    if src not in _DSETS: _DSETS[src] = datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
+    cfg["custom_dataset"] = lambda _d=_DSETS[src], **_: _d
     cfg["task"], cfg["num_fewshot"] = name, k
     return cfg
 
@@ -508,10 +513,11 @@ from lm_eval.api.model import TemplateLM
 
 class MtnlgLM(TemplateLM):
     "lm-eval `LM` over a `TokenScorer` (the project's GPT on one process or a TP x PP engine, or an HF model)."
-    def __init__(self, scorer, tokenizer=None):
+    def __init__(self, scorer, tokenizer=None, generator=None):
         super().__init__()
         from mtnlg.data import get_tokenizer
         self.scorer, self.tok = scorer, tokenizer or get_tokenizer("gpt2")
+        self.generator = generator                           # a `mtnlg.generate.Generator` (KV-cached), optional
         self.examples = 0                                    # requests scored (for throughput)
 
     @property
@@ -539,7 +545,10 @@ class MtnlgLM(TemplateLM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        "Greedy continuations, cut at the first stop string."
+        "Continuations cut at the first stop string: `mtnlg.generate` when given, else greedy through the scorer."
+        if self.generator is not None:
+            from mtnlg.generate import generate_until
+            return generate_until(self.generator, [r.args for r in requests])
         out = []
         for ctx, kw in [r.args for r in requests]:
             until = kw.get("until") or []
@@ -590,34 +599,52 @@ def _quiet_lm_eval():
     import logging
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"): logging.getLogger(n).setLevel(logging.ERROR)
 
-def window_report(samples: list[dict], lm, fewshot_delimiter: str = "\n\n") -> dict:
-    "How many prompts exceed the model's window; lm-eval keeps their last tokens, so their first shots are dropped."
-    enc, n = lm.tok_encode, lm.max_length + 1
-    docs, dropped = 0, []
+def _no_bar(*a, **kw):
+    "A progress bar that does not show."
+    from tqdm import tqdm
+    return tqdm(*a, **{**kw, "disable": True})
+
+def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
+    "Prompts longer than the window: lm-eval keeps their end, so their first shots (or more) are dropped."
+    # task: the lm-eval task, to tell the shots from the document's own text
+    n = lm.max_length + 1
+    docs, cut_max, dropped, query_cut = 0, 0, [], 0
     for s in samples:
-        worst = 0
-        for ctx, cont in [a for a in s["arguments"] if isinstance(a, tuple) and len(a) == 2]:
-            ids = enc(ctx + cont)
-            if len(ids) > n:
-                cut = lm.tok_decode(ids[:len(ids) - n])
-                worst = max(worst, cut.count(fewshot_delimiter) + 1)   # shots cut off, the last one partly
-        if worst: docs += 1; dropped.append(worst)
-    return {"docs_over_window": docs, "shots_dropped_max": max(dropped, default=0),
-            "shots_dropped_mean": round(sum(dropped) / len(dropped), 3) if dropped else 0.0}
+        worst, ids, ctx = 0, None, ""
+        for c, x in [a for a in s["arguments"] if isinstance(a, tuple) and len(a) == 2]:
+            e = lm.tok_encode(c + x)
+            if len(e) - n > worst: worst, ids, ctx = len(e) - n, e, c
+        if not worst: continue
+        docs, cut_max = docs + 1, max(cut_max, worst)
+        if not k or task is None: query_cut += 1; continue
+        q = task.doc_to_text(s["doc"])
+        q = task.doc_to_choice(s["doc"])[q] if isinstance(q, int) else q        # one context per option
+        shots_chars = max(1, len(ctx) - len(q))                                 # the k solved shots before it
+        cut_chars = len(lm.tok_decode(ids[:worst]))
+        query_cut += cut_chars > shots_chars
+        dropped.append(min(k, -(-k * cut_chars // shots_chars)))
+    return {"docs_over_window": docs, "tokens_cut_max": cut_max, "shots_dropped_max": max(dropped, default=0),
+            "shots_dropped_mean": round(sum(dropped) / len(dropped), 3) if dropped else 0.0,
+            "docs_with_own_text_cut": query_cut}
 
 def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, seed: int = 1234,
                   keep_loglikelihoods: bool = False) -> dict:
     "Scores of lm-eval `LM` `lm` on paper task `name` with `k` shots (first `limit` documents) through lm-eval."
-    import lm_eval
+    import lm_eval, lm_eval.evaluator, lm_eval.api.model, lm_eval.api.task
+    from unittest.mock import patch
     from lm_eval.tasks import TaskManager
     _quiet_lm_eval()
     t, ty = TASKS[name], task_yaml(name, k)
     cfg = task_config(name, k, data)
     t0 = time.time()
-    out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
-                                  task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
-                                  random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                                  fewshot_random_seed=seed, verbosity="ERROR")
+    with patch.object(lm_eval.evaluator, "add_env_info", lambda r: None), \
+         patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
+         patch.object(lm_eval.api.model, "tqdm", _no_bar), patch.object(lm_eval.api.task, "tqdm", _no_bar):
+        # no `pip list`, `git` or progress bars on every call
+        out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
+                                      task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
+                                      random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                      fewshot_random_seed=seed, verbosity="ERROR")
     m = {key.split(",")[0]: v for key, v in out["results"][name].items() if "," in key and "stderr" not in key}
     samples = sorted(out["samples"][name], key=lambda s: s["doc_id"])
     headline = t.headline if t.headline in m else "acc"
@@ -627,7 +654,11 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
              split=cfg.get("test_split") or cfg.get("validation_split"), shots_from=cfg.get("fewshot_split"),
              paper_shots=t.shots, source=load_docs(name, data)[1], seconds=round(time.time() - t0, 3))
     if "perplexity" in m: r["perplexity"] = m["perplexity"]
-    r["window"] = window_report(samples, lm, cfg.get("fewshot_delimiter", "\n\n")) if k else window_report(samples, lm)
+    task = None
+    if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples for a in sm["arguments"][:1]):
+        from lm_eval.api.task import ConfigurableTask
+        task = ConfigurableTask(config=task_config(name, k, data))
+    r["window"] = window_report(samples, lm, k, task)
     r["correct"] = [int(s[headline]) for s in samples]              # per document, for error analysis
     if keep_loglikelihoods: r["loglikelihoods"] = [[float(x[0][0]) for x in s["resps"]] for s in samples]
     return r
@@ -669,8 +700,9 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
             results.append(r)
             w = r["window"]
             if log and w["docs_over_window"]:
+                shots_msg = f"up to {w['shots_dropped_max']} of {k} shots dropped (mean {w['shots_dropped_mean']}), " if k else ""
                 log(f"{name} {k}-shot: {w['docs_over_window']} of {r['n']} prompts exceed the {lm.max_length}-token window; "
-                    f"lm-eval keeps their end, dropping up to {w['shots_dropped_max']} of the first shots")
+                    f"lm-eval keeps their end: {shots_msg}{w['docs_with_own_text_cut']} documents lost part of their own text")
             if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}, {r['seconds']} s)")
     if out_dir and write: write_report(results, out_dir)
     return results
