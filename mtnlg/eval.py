@@ -355,7 +355,7 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
     h = hashlib.sha256(str(folder).encode())
     for p in [run / "config.json", folder / "config.json"]:
         if p.is_file(): _small_hash(h, p, p.parent)
-    files = sorted(f for f in folder.rglob("*") if f.is_file())
+    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.relative_to(folder).parts[0] != "eval")  # not results
     for f in files:
         if f.suffix in (".json", ".metadata"): _small_hash(h, f, folder)
         st = f.stat()                                        # weights: names, sizes and mtimes only, never read

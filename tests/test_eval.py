@@ -266,3 +266,10 @@ def test_generate_until_greedy_with_stop(tiny_lm, tok):
     [text] = tiny_lm.generate_until([req])
     ids = tiny_lm.scorer.greedy_generate([tok.tokenize("Once upon a time")], 6)[0]
     assert "\n" not in text and tok.detokenize(ids).startswith(text)
+
+def test_rerun_of_a_run_reuses_its_results(run_dir, data):
+    "The default results folder lies inside the checkpoint folder; writing it must not change the fingerprint."
+    flags = ["--checkpoint", run_dir, "--tasks", "piqa", "--shots", "0", "--limit", "5", "--data", data]
+    rc, first = _cli(*flags)
+    rc2, second = _cli(*flags)
+    assert rc == rc2 == 0 and "finished earlier" not in first and "finished earlier" in second
