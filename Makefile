@@ -56,8 +56,10 @@ readme: $(STAMP)
 
 # The documentation site (mkdocs, Python only) into _docs/: README as home page, one page per notebook with its
 # outputs (executed once, cached in .build/docs), API reference, search. Open _docs/index.html.
+# DOCS_EXECUTE=none: committed outputs only (fast); a list like 00_config,11_train_job executes just those.
+DOCS_EXECUTE ?= missing
 docs: $(STAMP)
-	$(PY) docs/build.py --out _docs
+	$(PY) docs/build.py --out _docs --execute $(DOCS_EXECUTE)
 
 # Notebooks committed with outputs (docs/outputs.txt): re-execute them in place, or check they are current.
 outputs: $(STAMP)

@@ -108,7 +108,10 @@ def source_for(path: Path, execute_mode: str):
         return (rec, "recorded run") if rec is not None else (nb, "not executed: no recorded run yet (make demo)")
     if execute_mode == "none" or (execute_mode not in ("all", "missing") and stem not in execute_mode.split(",")):
         return nb, "not executed"
-    return executed(path), "executed"
+    try: return executed(path), "executed"
+    except Exception as e:                        # the site is still built; `make docs` fails at the end
+        log(f"{path.name}: execution failed: {type(e).__name__}: {str(e)[-1500:]}")
+        return nb, f"execution failed ({type(e).__name__}; see the build log)"
 
 def for_page(nb, note: str):
     "The notebook as a page: no hidden or directive-only cells, no `#|` lines, a note on where outputs come from."
@@ -195,6 +198,7 @@ def _norm(text: str) -> str:
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
     text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)
+    text = re.sub(r"(['\"]\w*(seconds|_s|_per_s|tok_s)['\"]:\s*)[-\d.e+]+", r"\1?", text)   # timing fields of dicts
     return re.sub(r"\d+(\.\d+)?\s*(s|ms|sec|seconds)\b", "? s", text)
 
 def output_summary(nb) -> list:
@@ -261,7 +265,9 @@ def main(argv=None):
         bad = check_outputs(a.check_outputs or committed_outputs())
         if bad: print("\n".join(bad) + "\nrun `make outputs` to refresh them", file=sys.stderr); return 1
         log("committed outputs are current"); return 0
-    build(Path(a.out).resolve(), a.execute)
+    notes = build(Path(a.out).resolve(), a.execute)["notes"]
+    failed = [k for k, v in notes.items() if v.startswith("execution failed")]
+    if failed: print(f"notebooks that failed to execute: {', '.join(failed)}", file=sys.stderr); return 1
     return 0
 
 if __name__ == "__main__": sys.exit(main())
