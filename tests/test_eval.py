@@ -273,3 +273,17 @@ def test_rerun_of_a_run_reuses_its_results(run_dir, data):
     rc, first = _cli(*flags)
     rc2, second = _cli(*flags)
     assert rc == rc2 == 0 and "finished earlier" not in first and "finished earlier" in second
+
+def test_run_tokenizer_is_the_runs(tmp_path, shared_data):
+    "A run trained with a sentencepiece model is evaluated with it, and results name it (by hash)."
+    import dataclasses
+    from mtnlg.config import RunConfig, DataConfig, save_config
+    from mtnlg.data import train_sentencepiece
+    texts = [p.read_text(encoding="utf-8")[:200_000] for p in sorted((shared_data / "corpus").rglob("*.txt"))[:3]]
+    sp = train_sentencepiece(texts, tmp_path / "sp", vocab_size=600)
+    run = tmp_path / "run"
+    save_config(dataclasses.replace(RunConfig(), data=DataConfig(tokenizer=str(sp))), run / "config.json")
+    tok = ev.run_tokenizer(run)
+    assert tok.spec == str(sp) and tok.vocab_size == 600
+    ident = ev.tokenizer_identity(tok)
+    assert ident["sha256"] == ev.file_sha256(sp) and ident != ev.tokenizer_identity(get_tokenizer("gpt2"))
