@@ -14,13 +14,12 @@ import numpy as np
 
 # %% auto #0
 __all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'PILE_SETS', 'STAT_COLUMNS', 'PAPER_BLEND', 'DEMO_WEIGHTS', 'DataError', 'gpt2_files',
-           'gpt2_encoding', 'Tokenizer', 'get_tokenizer', 'train_sentencepiece', 'Source', 'parse_source', 'Skips',
-           'read_documents', 'clean_text', 'clean', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier',
-           'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate',
-           'curate', 'report_frame', 'indexed_paths', 'tokenize_to_indexed', 'indexed_stats', 'BlendEntry',
-           'paper_blend', 'save_blend', 'load_blend', 'blend_table', 'blend_weights', 'make_blend', 'plot_blend',
-           'ensure_helpers', 'build_datasets', 'fetch_demo_sources', 'demo_quality_classifier', 'prepare_demo_corpus',
-           'cli_parser', 'cli_run']
+           'gpt2_encoding', 'get_tokenizer', 'train_sentencepiece', 'Source', 'parse_source', 'Skips', 'read_documents',
+           'clean_text', 'clean', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier', 'quality_filter',
+           'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate', 'curate', 'report_frame',
+           'indexed_paths', 'tokenize_to_indexed', 'indexed_stats', 'BlendEntry', 'paper_blend', 'save_blend',
+           'load_blend', 'blend_table', 'blend_weights', 'make_blend', 'plot_blend', 'ensure_helpers', 'build_datasets',
+           'fetch_demo_sources', 'demo_quality_classifier', 'prepare_demo_corpus', 'cli_parser', 'cli_run']
 
 # %% ../nbs/05_data.ipynb #c2073272
 class DataError(ValueError):
@@ -55,47 +54,60 @@ def gpt2_encoding():
                              special_tokens={"<|endoftext|>": GPT2_EOD}, explicit_n_vocab=GPT2_VOCAB)
 
 # %% ../nbs/05_data.ipynb #25403a33
-from megatron.core.tokenizers import MegatronTokenizerBase
+@functools.cache
+def _tokenizer_class():
+    "The `Tokenizer` class, made on first use: importing `mtnlg.data` does not import megatron-core (seconds)."
+    from megatron.core.tokenizers import MegatronTokenizerBase
 
-class Tokenizer(MegatronTokenizerBase):
-    "GPT-2 BPE (`spec='gpt2'`) or a sentencepiece model (`spec='path/x.model'`), with an EOD id."
-    def __init__(self, spec: str = "gpt2"):
-        super().__init__(spec, {})
-        self.spec = spec
-        if spec == "gpt2":
-            self._enc, self._sp = gpt2_encoding(), None
-            self.eod, self._vocab_size = GPT2_EOD, GPT2_VOCAB
-        elif str(spec).endswith(".model"):
-            if not Path(spec).exists():
-                raise DataError(f"tokenizer {spec}: no such sentencepiece model; train one with train_sentencepiece()")
-            import sentencepiece as spm
-            self._enc, self._sp = None, spm.SentencePieceProcessor(model_file=str(spec))
-            self._vocab_size = self._sp.get_piece_size()
-            self.eod = self._sp.eos_id() if self._sp.eos_id() >= 0 else self._vocab_size - 1
-        else: raise DataError(f"tokenizer {spec!r}: want 'gpt2' or a sentencepiece .model path")
-        self.unique_identifiers = {"class": "mtnlg.data.Tokenizer", "spec": str(spec), "vocab_size": self._vocab_size}
+    class Tokenizer(MegatronTokenizerBase):
+        "GPT-2 BPE (`spec='gpt2'`) or a sentencepiece model (`spec='path/x.model'`), with an EOD id."
+        def __init__(self, spec: str = "gpt2"):
+            super().__init__(spec, {})
+            self.spec = spec
+            if spec == "gpt2":
+                self._enc, self._sp = gpt2_encoding(), None
+                self.eod, self._vocab_size = GPT2_EOD, GPT2_VOCAB
+            elif str(spec).endswith(".model"):
+                if not Path(spec).exists():
+                    raise DataError(f"tokenizer {spec}: no such sentencepiece model; "
+                                    "train one with train_sentencepiece()")
+                import sentencepiece as spm
+                self._enc, self._sp = None, spm.SentencePieceProcessor(model_file=str(spec))
+                self._vocab_size = self._sp.get_piece_size()
+                self.eod = self._sp.eos_id() if self._sp.eos_id() >= 0 else self._vocab_size - 1
+            else: raise DataError(f"tokenizer {spec!r}: want 'gpt2' or a sentencepiece .model path")
+            self.unique_identifiers = {"class": "mtnlg.data.Tokenizer", "spec": str(spec),
+                                       "vocab_size": self._vocab_size}
 
-    def tokenize(self, text: str) -> list[int]:
-        "Token ids of `text` (no EOD)."
-        return self._enc.encode_ordinary(text) if self._sp is None else self._sp.encode(text)
-    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
-        "Token ids of each text."
-        return [self.tokenize(t) for t in texts]
-    def detokenize(self, ids) -> str:
-        "Text of token ids."
-        ids = [int(i) for i in ids]
-        return self._enc.decode(ids) if self._sp is None else self._sp.decode(ids)
-    @property
-    def vocab_size(self) -> int: return self._vocab_size
-    @property
-    def vocab(self): return None
-    def apply_chat_template(self, *a, **k): raise NotImplementedError("no chat template for pretraining")
-    def __reduce__(self): return (Tokenizer, (self.spec,))
+        def tokenize(self, text: str) -> list[int]:
+            "Token ids of `text` (no EOD)."
+            return self._enc.encode_ordinary(text) if self._sp is None else self._sp.encode(text)
+        def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+            "Token ids of each text."
+            return [self.tokenize(t) for t in texts]
+        def detokenize(self, ids) -> str:
+            "Text of token ids."
+            ids = [int(i) for i in ids]
+            return self._enc.decode(ids) if self._sp is None else self._sp.decode(ids)
+        @property
+        def vocab_size(self) -> int: return self._vocab_size
+        @property
+        def vocab(self): return None
+        def apply_chat_template(self, *a, **k): raise NotImplementedError("no chat template for pretraining")
+        def __reduce__(self): return (Tokenizer, (self.spec,))
+
+    Tokenizer.__module__, Tokenizer.__qualname__ = __name__, "Tokenizer"
+    return Tokenizer
+
+def __getattr__(name):
+    "`mtnlg.data.Tokenizer`, the megatron-core tokenizer class, made on first use."
+    if name == "Tokenizer": return _tokenizer_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 @functools.lru_cache(maxsize=8)
-def get_tokenizer(spec: str = "gpt2") -> Tokenizer:
+def get_tokenizer(spec: str = "gpt2"):
     "A cached `Tokenizer` for `spec`."
-    return Tokenizer(spec)
+    return _tokenizer_class()(spec)
 
 # %% ../nbs/05_data.ipynb #7f5d8038
 def train_sentencepiece(texts: Iterable[str], model_prefix, vocab_size: int = 8000, model_type: str = "bpe",

@@ -15,6 +15,13 @@ def test_gpt2_known_ids():
     assert t.tokenize("Hello world") == [15496, 995]
     assert t.tokenize(" the") == [262] and t.eod == 50256 and t.vocab_size == 50257
     assert t.detokenize(t.tokenize("naïve café — ok")) == "naïve café — ok"
+    import pickle
+    from megatron.core.tokenizers import MegatronTokenizerBase
+    assert isinstance(t, D.Tokenizer) and issubclass(D.Tokenizer, MegatronTokenizerBase)
+    assert pickle.loads(pickle.dumps(t)).tokenize("Hello world") == [15496, 995]
+    r = subprocess.run([sys.executable, "-c", "import sys, mtnlg.curation; print('megatron' in sys.modules)"],
+                       capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr      # curation tasks start without importing megatron-core
 
 
 def _docs(tmp_path, name, texts):
@@ -341,3 +348,69 @@ def test_curation_bad_input(planted, tmp_path):
     (tmp_path / "r5").mkdir(); (tmp_path / "r5/notes.txt").write_text("mine")
     with pytest.raises(D.DataError, match="holds no run.json"):
         curate_run(CurationRun([D.Source("b", str(bad))], str(tmp_path / "r5")), log=None)
+
+
+# The same run as Slurm job arrays on a real one-node Slurm (tests/slurm_local.py, as in test_jobs.py).
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    import slurm_local
+    why = slurm_local.unavailable()
+    if why: pytest.skip(f"cannot start a local Slurm: {why}")
+    cluster = slurm_local.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()
+
+
+def _slurm_jobs(env):
+    out = subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True, env=env).stdout
+    return [l.split() for l in out.splitlines() if l.strip()]
+
+
+def _wait(cond, what, timeout, env):
+    end = time.time() + timeout
+    while not cond():
+        assert time.time() < end, f"timed out waiting for {what}; queue: {_slurm_jobs(env)}"
+        time.sleep(0.5)
+
+
+def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, shared_data, monkeypatch):
+    from mtnlg.curation import CurationRun, curate_run
+    env, root = slurm_cluster.env(), planted["root"]
+    out, local = root / "slurm", Path(planted["run"].out)
+    run = CurationRun(planted["srcs"], str(out), tasks=2, eval_dir=str(shared_data / "eval"), cache_dir=str(root / "cache"))
+    monkeypatch.setenv("MTNLG_CURATE_STALL", "tokenize:1")       # task 1 of the filter stage hangs before its output
+    ids = curate_run(run, planted["qc"], executor="slurm", partition="debug", time_limit="00:15:00", log=None)
+    monkeypatch.delenv("MTNLG_CURATE_STALL")
+    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_merge", "6_report"}
+    _wait(lambda: (out / "stalled-tokenize-1").exists(), "filter task 1 to start", 300, env)
+    subprocess.run(["scancel", f"{ids['4_filter']}_1"], check=True, env=env)          # kill it mid-way
+    subprocess.run(["scancel", str(ids["5_merge"]), str(ids["6_report"])], check=True, env=env)   # never to run now
+    _wait(lambda: not _slurm_jobs(env), "the queue to drain", 120, env)
+    done = sorted(p.relative_to(out) for p in out.glob("logs/*/completions/*"))
+    assert [str(p) for p in done] == ["logs/1_read/completions/00000", "logs/1_read/completions/00001",
+                                      "logs/2_buckets/completions/00000", "logs/2_buckets/completions/00001",
+                                      "logs/3_cluster/completions/00000", "logs/4_filter/completions/00000"]
+    unfinished = [out / "stats" / f / "00001.json" for f in ("dedup", "quality", "decontaminate", "tokenize")]
+    before = {p: p.stat().st_mtime_ns for p in list(out.glob("logs/*/completions/*")) + list(out.glob("stats/*/*.json"))
+              if p not in unfinished}                                     # the files of the finished tasks
+    assert not (out / "report.json").exists()
+    # rerun with the CLI: only the unfinished tasks are submitted
+    cmd = [str(Path(sys.executable).parent / "mtnlg"), "data", "curate", *(f"{s.name}{'+q' * s.quality_filter}={s.path}"
+           for s in planted["srcs"]), "--out", str(out), "--eval-dir", str(shared_data / "eval"), "--executor", "slurm",
+           "--tasks", "2", "--partition", "debug", "--time", "00:15:00"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = json.loads(r.stdout.strip().splitlines()[-1])["jobs"]
+    assert [jobs[k] for k in ("1_read", "2_buckets", "3_cluster")] == [-1, -1, -1]       # nothing left to do there
+    assert json.loads((out / "logs/4_filter/ranks_to_run.json").read_text()) == [1]
+    _wait(lambda: not _slurm_jobs(env), "the rerun to finish", 300, env)
+    info = subprocess.run(["scontrol", "show", "job", str(jobs["6_report"])], capture_output=True, text=True, env=env).stdout
+    assert "JobState=COMPLETED" in info, info + (out / "logs/6_report/slurm_logs").joinpath(
+        f"{jobs['6_report']}_0.out").read_text()[-2000:]
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())        # finished tasks were not redone
+    for s in planted["srcs"]:                                                 # the same output as the local executor
+        for f in (f"curated/{s.name}.jsonl", f"indexed/{s.name}.bin", f"indexed/{s.name}.idx"):
+            assert (out / f).read_bytes() == (local / f).read_bytes(), f
+    rep, loc = json.loads((out / "report.json").read_text()), planted["rep"]
+    assert {k: {c: v for c, v in d.items() if c not in ("path", "prefix")} for k, d in rep["sources"].items()} == \
+           {k: {c: v for c, v in d.items() if c not in ("path", "prefix")} for k, d in loc["sources"].items()}
