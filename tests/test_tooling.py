@@ -128,3 +128,17 @@ def test_quiet_by_default_verbose_shows_megatron_notices(tmp_path):
                           timeout=300)
     assert NOTICE not in quiet.stderr and "a real warning" in quiet.stderr, quiet.stderr
     assert loud.stderr.count(NOTICE) == 2 and "a real warning" in loud.stderr, loud.stderr    # here and in the child
+
+def test_nbdev_clean_keeps_committed_outputs(tmp_path):
+    "Notebooks of docs/outputs.txt keep their tables and plots through nbdev_clean (clear_all=False); counts go."
+    t = _copy_tree(tmp_path)
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    cell = nbformat.v4.new_code_cell("plot()", execution_count=3, outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="42\n"),
+        nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+        nbformat.v4.new_output("execute_result", data={"text/plain": "7"}, execution_count=3)])
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), t / "nbs/zz_out.ipynb")
+    subprocess.run([str(Path(sys.executable).parent / "nbdev_clean"), "--fname", "nbs/zz_out.ipynb"], cwd=t, check=True)
+    c = json.loads((t / "nbs/zz_out.ipynb").read_text())["cells"][0]
+    assert c["execution_count"] is None and [o["output_type"] for o in c["outputs"]] == ["stream", "display_data", "execute_result"]
+    assert c["outputs"][1]["data"]["image/png"].strip() == png
