@@ -6,7 +6,8 @@ HF export of the same weights, in one run; the greedy tokens of all three are ch
 
 The model is a random GPT of the given size written as a checkpoint (speed does not depend on the weights); the
 prompts are random token ids of one length. EOD does not stop a row, so every row makes --new-tokens tokens. Prints
-one JSON line per decoder (median of --repeats after one warm-up) and a Markdown table.
+one JSON line per decoder (median of --repeats rounds, the decoders interleaved, after one warm-up) and a
+Markdown table.
 """
 import argparse, json, platform, statistics, tempfile, time
 from pathlib import Path
@@ -14,17 +15,18 @@ from pathlib import Path
 import torch
 
 
-def timed(fn, repeats: int):
-    "(median seconds, last result) of `fn()` after one warm-up call."
-    fn()
-    secs, out = [], None
-    for _ in range(repeats):
-        if torch.cuda.is_available(): torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if torch.cuda.is_available(): torch.cuda.synchronize()
-        secs.append(time.perf_counter() - t0)
-    return statistics.median(secs), out
+def timed(fns: dict, repeats: int) -> tuple[dict, dict]:
+    "({name: median seconds}, {name: last result}): one warm-up each, then the decoders in turn, `repeats` rounds."
+    out = {name: fn() for name, fn in fns.items()}
+    secs = {name: [] for name in fns}
+    for _ in range(repeats):                       # interleaved: a busy machine slows every decoder alike
+        for name, fn in fns.items():
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out[name] = fn()
+            if torch.cuda.is_available(): torch.cuda.synchronize()
+            secs[name].append(time.perf_counter() - t0)
+    return {n: statistics.median(v) for n, v in secs.items()}, out
 
 
 def main():
@@ -67,10 +69,8 @@ def main():
     runs = {"mtnlg.generate, KV cache": lambda: [r[1] for r in gen.generate_ids(ids, s, use_cache=True)],
             "transformers generate (KV cache)": hf_generate}
     if not a.skip_nocache: runs["mtnlg.generate, no cache"] = lambda: [r[1] for r in gen.generate_ids(ids, s, use_cache=False)]
-    res, toks = {}, {}
-    for name, fn in runs.items():
-        sec, toks[name] = timed(fn, a.repeats)
-        res[name] = sec
+    res, toks = timed(runs, a.repeats)
+    for name, sec in res.items():
         print(json.dumps({"decoder": name, "seconds": round(sec, 3), "tokens": a.batch * a.new_tokens,
                           "tokens_per_s": round(a.batch * a.new_tokens / sec, 1)}), flush=True)
     same = all(t == toks["mtnlg.generate, KV cache"] for t in toks.values())
