@@ -80,18 +80,37 @@ def test_readme_shows_the_two_commands_and_ci_runs_the_test_one():
     assert "make demo" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci/run").read_text()
 
+def _parameter_names(nb_path):
+    "Names the `parameters` cell of a notebook assigns, or None when it has none."
+    import ast
+    nb = nbformat.read(nb_path, as_version=4)
+    cell = next((c for c in nb.cells if "parameters" in c.metadata.get("tags", [])), None)
+    if cell is None: return None
+    return [t.target.id if isinstance(t, ast.AnnAssign) else t.targets[0].id for t in ast.parse(cell.source).body]
+
 def test_papermill_reads_every_parameter_of_the_training_job():
     "`papermill --help-notebook` lists every name the parameters cell assigns, and parses each line."
-    import ast
-    nb = nbformat.read(ROOT / "nbs/11_train_job.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    names = [t.target.id if isinstance(t, ast.AnnAssign) else t.targets[0].id for t in ast.parse(cell.source).body]
+    names = _parameter_names(ROOT / "nbs/11_train_job.ipynb")
     p = subprocess.run([str(Path(sys.executable).parent / "papermill"), "--help-notebook", "nbs/11_train_job.ipynb"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 0 and "Unable to parse" not in out, out
     listed = re.findall(r"^  (\w+): ", out, re.M)
     assert listed == names and len(names) >= 7, (listed, names)
+
+def test_papermill_parses_every_parameters_cell(caplog):
+    "Every notebook with a parameters cell: papermill's inspection finds each parameter, with no unparsed line."
+    import papermill
+    seen = 0
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        names = _parameter_names(nb)
+        if names is None: continue
+        caplog.clear()
+        found = list(papermill.inspect_notebook(str(nb)))
+        assert "Unable to parse" not in caplog.text, f"{nb.name}: {caplog.text}"
+        assert found == names, (nb.name, found, names)
+        seen += 1
+    assert seen >= 2
 
 def test_malformed_config_file_is_one_line_naming_file_line_and_column(tmp_path):
     "A broken YAML or JSON `--config` ends in one line with file:line:column and the fix, not a parser traceback."
