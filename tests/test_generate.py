@@ -139,3 +139,27 @@ def test_left_truncation_keeps_the_end(one):
     g = gen.generate(long, max_new_tokens=4, truncate="left")
     ids = gen.tok.tokenize(long)[-(gen.dec.max_len - 4):]
     assert g.tokens == gen.generate_ids([ids], G.Sampling(max_new_tokens=4))[0][1]
+
+
+def test_lm_eval_generative_task_through_the_hook(one):
+    "A generative lm-eval task runs with an `LM` whose generate_until is mtnlg.generate.generate_until."
+    import datasets, lm_eval
+    from lm_eval.tasks import TaskManager
+    from mtnlg.eval import MtnlgLM
+    gen, _ = one
+
+    class GenLM(MtnlgLM):
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            return G.generate_until(gen, [r.args for r in requests])
+
+    docs = datasets.DatasetDict({"test": datasets.Dataset.from_list(
+        [{"q": p, "a": "x"} for p in W.PROMPTS])})
+    cfg = {"task": "toy_generate", "custom_dataset": lambda **_: docs, "test_split": "test",
+           "output_type": "generate_until", "doc_to_text": "{{q}}", "doc_to_target": "{{a}}",
+           "generation_kwargs": {"until": ["\n\n"], "max_gen_toks": 6}, "metric_list": [{"metric": "exact_match"}]}
+    out = lm_eval.simple_evaluate(model=GenLM(scorer=None, tokenizer=gen.tok), tasks=[cfg], log_samples=True,
+                                  task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
+                                  verbosity="ERROR")
+    got = [s["resps"][0][0] for s in sorted(out["samples"]["toy_generate"], key=lambda s: s["doc_id"])]
+    assert got == G.generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in W.PROMPTS])
+    assert all(len(gen.tok.tokenize(t)) <= 6 for t in got)
