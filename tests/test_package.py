@@ -1,6 +1,6 @@
 """The package as others use it: every import declared in settings.ini, the pinned environments satisfy the
 declared requirements, and a built wheel works in a fresh virtual environment (no editable install, no .venv)."""
-import ast, hashlib, os, re, shutil, subprocess, sys, sysconfig
+import ast, functools, hashlib, os, re, shutil, subprocess, sys, sysconfig
 from configparser import ConfigParser
 from importlib import metadata
 from pathlib import Path
@@ -44,10 +44,14 @@ def imported_modules(pkg=ROOT / "mtnlg"):
             for m in filter(None, names): found.setdefault(m, []).append(p.name)
     return found
 
+@functools.cache
+def _top_level_owners():
+    return metadata.packages_distributions()
+
 def distributions_of(module):
     "Canonical names of the installed distributions that provide `module`'s top-level package."
     if module in INDIRECT: return {INDIRECT[module]}
-    return {canonicalize_name(d) for d in metadata.packages_distributions().get(module.split(".")[0], [])}
+    return {canonicalize_name(d) for d in _top_level_owners().get(module.split(".")[0], [])}
 
 def third_party(mods):
     return {m: f for m, f in mods.items() if m.split(".")[0] not in sys.stdlib_module_names | {"mtnlg", "__future__"}}
