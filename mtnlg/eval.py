@@ -854,6 +854,7 @@ def cli_parser(parser):
     parser.add_argument("--seed", type=int, default=1234, help="seed of lm-eval's k-shot example draw")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of the evaluation layout (--checkpoint)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline stages of the evaluation layout (--checkpoint)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="evaluation precision (--checkpoint)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--log-samples", action="store_true", help="keep every request's log-likelihood in the results")
     return parser
@@ -896,6 +897,7 @@ def _cli_run(args) -> int:
     if args.batch_size < 1: raise EvalError(f"--batch-size {args.batch_size}: want >= 1")
     if min(args.tp, args.pp) < 1: raise EvalError(f"--tp {args.tp} --pp {args.pp}: want sizes >= 1")
     if args.hf_model and args.tp * args.pp > 1: raise EvalError("--tp/--pp apply to --checkpoint runs; --hf-model runs on one process")
+    if args.hf_model and args.precision != "fp32": raise EvalError("--precision applies to --checkpoint runs; --hf-model runs in fp32")
     if args.hf_model and not (Path(args.hf_model) / "config.json").is_file():
         raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local transformers GPT-2 folder")
     if args.checkpoint and not Path(args.checkpoint).exists():
@@ -907,8 +909,10 @@ def _cli_run(args) -> int:
             scorer, ck = hf_scorer(args.hf_model, args.batch_size), None
             tok, model = _hf_tokenizer(args.hf_model), hf_identity(args.hf_model)
         else:
-            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp)
-            tok, model = run_tokenizer(args.checkpoint), checkpoint_identity(ck, args.checkpoint)
+            prec = {"precision": args.precision} if args.precision != "fp32" else {}
+            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, **prec)
+            tok = run_tokenizer(args.checkpoint)
+            model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}    # bf16 scores differ
         out = _out_dir(args, ck)
         if parallel and not rank0: follow_forwards(scorer); res = None     # every forward rank 0 starts, until it stops
         else:
@@ -927,7 +931,8 @@ def _cli_run(args) -> int:
 def _rank_argv(args) -> list[str]:
     "The flags of `args` as the command line of a launched rank."
     argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots, "--batch-size",
-            str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp", str(args.pp)]
+            str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp", str(args.pp),
+            "--precision", args.precision]
     for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out)):
         if v is not None: argv += [flag, str(v)]
     return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])

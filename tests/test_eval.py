@@ -86,6 +86,7 @@ def test_tp_pp_results_say_what_produced_them(parity, run_dir):
     prov = ours["piqa"]["provenance"]
     assert prov["model"]["checkpoint"].startswith(str(run_dir.resolve())) and len(prov["model"]["fingerprint"]) == 64
     assert prov["tokenizer"]["spec"] == "gpt2" and prov["task"]["lm_eval"] == "0.4.13"
+    assert prov["model"]["precision"] == "fp32"
     assert set(prov["task"]["data"]) == {"piqa/valid.jsonl", "piqa/valid-labels.lst"}
     assert (prov["shots"], prov["limit"], prov["seed"]) == (0, PARITY_LIMIT, 1234)
 
