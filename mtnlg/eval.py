@@ -654,6 +654,9 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
              split=cfg.get("test_split") or cfg.get("validation_split"), shots_from=cfg.get("fewshot_split"),
              paper_shots=t.shots, source=load_docs(name, data)[1], seconds=round(time.time() - t0, 3))
     if "perplexity" in m: r["perplexity"] = m["perplexity"]
+    if r["source"].endswith("hellaswag_val_full.txt"):
+        r["note"] = ("text layout: ctx_a and ctx_b are merged, so lm-eval's capitalisation of ctx_b is not applied; "
+                     "put the official hellaswag_val.jsonl in the data root for lm-eval's exact prompts")
     task = None
     if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples for a in sm["arguments"][:1]):
         from lm_eval.api.task import ConfigurableTask
