@@ -141,12 +141,12 @@ def torch_step(model_loss, model, opt, cfg, dev, autocast_backward=False):
 def run_mtnlg(cfg, dev, a):
     "This project's engine, exactly as mtnlg.train builds it (1 process: TP=PP=DP=1)."
     from mtnlg.topology import init_distributed, shutdown
-    from mtnlg.model import FullInit
-    from mtnlg.pipeline import build_pipeline, load_full_state, build_engine
+    from mtnlg.model import init_parameters
+    from mtnlg.pipeline import build_pipeline, build_engine
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     try:
-        module = load_full_state(build_pipeline(cfg, topo), FullInit(cfg.model, cfg.seed), cfg)
+        module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed)
         engine = build_engine(cfg, topo, module, grad_accum=1)
         step = lambda t, l: engine.train_batch(iter([(t, l)]))
         out = time_steps(step, lambda: random_batch(cfg, dev), a.steps, a.warmup) + (n_params(module),)

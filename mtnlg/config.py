@@ -12,7 +12,7 @@ from typing import Any, get_type_hints
 # %% auto #0
 __all__ = ['PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'ModelConfig', 'ParallelConfig', 'OptimConfig', 'DataConfig',
            'RunConfig', 'field_paths', 'resolve_key', 'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file',
-           'load_config', 'atomic_write_text', 'save_config', 'add_config_args', 'config_from_args']
+           'load_config', 'atomic_write_text', 'save_config', 'add_config_args', 'given_overrides', 'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -38,6 +38,7 @@ class ModelConfig:
     attention_dropout: float = 0.1 # dropout on attention probabilities
     layernorm_eps: float = 1e-5    # LayerNorm epsilon
     tie_embeddings: bool = True    # output layer shares the input embedding
+    activation: str = "gelu_tanh"  # MLP GELU: 'gelu_tanh' (Megatron's and GPT-2's gelu_new) or 'gelu' (exact erf)
 
     def __post_init__(self):
         if not self.ffn_hidden_size: self.ffn_hidden_size = 4 * self.hidden_size
@@ -52,6 +53,8 @@ class ModelConfig:
         _require(self.init_std > 0, "model.init_std", f"must be > 0, got {self.init_std}")
         for f in ("hidden_dropout", "attention_dropout"):
             _require(0 <= getattr(self, f) < 1, f"model.{f}", f"must be in [0, 1), got {getattr(self, f)}")
+        _require(self.activation in ("gelu_tanh", "gelu"), "model.activation",
+                 f"must be 'gelu_tanh' or 'gelu', got {self.activation!r}")
         return self
 
     def padded_vocab_size(self, tp=1):
@@ -151,8 +154,7 @@ class RunConfig:
     out: str = ""                   # run directory ('' = runs/<preset>)
     timeout_s: int = 600            # seconds a collective waits for a dead or stuck rank before the job fails
     max_nonfinite: int = 5          # consecutive steps with a non-finite loss/gradient (skipped) that abort the run
-    save_full_state: bool = True    # checkpoints also hold full_state.pt (rank 0 gathers the whole fp32 model and Adam
-                                    # state: resume at a new layout, eval, export); off where that does not fit one host
+    keep_last: int = 0              # complete checkpoints kept (0: all); `latest` and the one resumed from stay
     compile: bool = False           # torch.compile each transformer block (fuses LayerNorm, bias, GELU, dropout and
                                     # residual adds; same math, a one-off compile of tens of seconds; for GPUs)
 
@@ -160,7 +162,7 @@ class RunConfig:
         "Check every part and the whole; raise `ConfigError` naming the field."
         for part in (self.model, self.parallel, self.optim, self.data): part.validate()
         _require(self.precision in ("bf16", "fp32"), "precision", f"must be 'bf16' or 'fp32', got {self.precision!r}")
-        for f in ("steps", "log_interval", "eval_interval", "eval_batches", "save_interval", "max_nonfinite"):
+        for f in ("steps", "log_interval", "eval_interval", "eval_batches", "save_interval", "max_nonfinite", "keep_last"):
             _require(getattr(self, f) >= 0, f, f"must be >= 0, got {getattr(self, f)}")
         _require(self.timeout_s > 0, "timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
         p, o = self.parallel, self.optim
@@ -209,7 +211,7 @@ PRESETS: dict[str, dict] = {
 }
 PRESETS["gpt3-1.3b"]["parallel"] = dict(micro_batch=4)
 PRESETS["gpt3-175b"]["parallel"] = dict(tp=8, pp=16, dp=8, micro_batch=1, checkpoint_activations=1)  # 1024 GPUs
-for big in ("gpt3-175b", "mtnlg-530b"): PRESETS[big]["save_full_state"] = False   # 2-6 TB of fp32 state: DeepSpeed shards only
+for big in ("gpt3-175b", "mtnlg-530b"): PRESETS[big]["keep_last"] = 3   # 2-6 TB a checkpoint: keep the newest three
 
 # %% ../nbs/00_config.ipynb #4c489c26
 ALIASES = dict(tp="parallel.tp", pp="parallel.pp", dp="parallel.dp", micro_batch="parallel.micro_batch",
@@ -348,12 +350,13 @@ def save_config(cfg: RunConfig, path):
 # %% ../nbs/00_config.ipynb #40023433
 CLI_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "lr", "global_batch",
              "steps", "seed", "precision", "data", "out", "checkpoint_activations", "zero", "save_interval",
-             "eval_interval", "timeout_s"]
+             "eval_interval", "timeout_s", "keep_last"]
 
 def add_config_args(parser, preset="tiny"):
     "Add the config flags (`--preset`, `--config`, `--set`, short flags) to an argparse `parser`."
     g = parser.add_argument_group("configuration")
-    g.add_argument("--preset", default=preset, help=f"one of: {', '.join(PRESETS)}")
+    g.add_argument("--preset", default=None, help=f"one of: {', '.join(PRESETS)} (default: {preset})")
+    parser.set_defaults(default_preset=preset)
     g.add_argument("--config", default=None, help="YAML/JSON file applied over the preset")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any setting, e.g. model.hidden_size=128")
     paths = field_paths()
@@ -363,11 +366,20 @@ def add_config_args(parser, preset="tiny"):
                        help=f"= {path}")
     return parser
 
-def config_from_args(args) -> RunConfig:
-    "The `RunConfig` from parsed `add_config_args` flags."
+def given_overrides(args) -> dict:
+    "The settings the user gave on the command line (`--set` and short flags), as {key: value}."
     ov = {}
     for kv in args.set:
         if "=" not in kv: raise ConfigError(f"--set {kv}: want KEY=VALUE, e.g. --set model.hidden_size=128")
-        k, v = kv.split("=", 1); ov[k] = v
+        k, v = kv.split("=", 1)
+        ov[k] = v
     ov.update({k: getattr(args, f"cfg_{k}") for k in CLI_FLAGS if getattr(args, f"cfg_{k}", None) is not None})
-    return load_config(args.preset, args.config, ov)
+    return ov
+
+def config_from_args(args, base=None) -> RunConfig:
+    "The `RunConfig` from parsed `add_config_args` flags; over the saved config file `base` when given (a resume)."
+    ov = given_overrides(args)
+    if base is not None:                          # a resumed run: its own settings, then only what the user gave
+        d = _merge(read_config_file(base), read_config_file(args.config) if args.config else {})
+        return from_dict(_merge(d, overrides_to_dict(ov))).validate()
+    return load_config(args.preset or getattr(args, "default_preset", "tiny"), args.config, ov)

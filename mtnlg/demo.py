@@ -70,12 +70,12 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 200, s
     t = _stage(3, 4, f"evaluate: {tasks}, {shots}-shot, {eval_limit} examples each", log)
     scorer, ck = load_model_for_eval(run)
     who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
-    try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.parent.name, data=eval_dir,
+    try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.name, data=eval_dir,
                             log=log, model=who, tokenizer=tok)
     finally: shutdown()
     times["eval_s"] = round(time.time() - t, 1)
 
-    summary = dict(out=str(out), blend=str(blend), run=str(run), checkpoint=str(ck), eval_dir=str(out / "eval" / ck.parent.name),
+    summary = dict(out=str(out), blend=str(blend), run=str(run), checkpoint=str(ck), eval_dir=str(out / "eval" / ck.name),
                    config=str(run / "config.json"), times=times)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1))
     if report:

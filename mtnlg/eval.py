@@ -16,8 +16,8 @@ __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HAN
            'task_identity', 'checkpoint_identity', 'hf_identity', 'tokenizer_identity', 'run_tokenizer', 'Scorer',
            'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM', 'lead_forwards',
            'stop_followers', 'follow_forwards', 'window_report', 'evaluate_task', 'provenance', 'evaluate',
-           'results_table', 'markdown_table', 'plot_results', 'write_report', 'find_checkpoint', 'read_full_state',
-           'eval_config', 'load_model_for_eval', 'cli_parser', 'cli_run']
+           'results_table', 'markdown_table', 'plot_results', 'write_report', 'find_checkpoint', 'eval_config',
+           'load_model_for_eval', 'cli_parser', 'cli_run']
 
 # %% ../nbs/07_eval.ipynb #36a87a99
 class EvalError(ValueError):
@@ -729,10 +729,11 @@ def markdown_table(df) -> str:
 
 def plot_results(results: list[dict], path=None):
     "Seaborn plot of accuracy against shots, one line per task (saved atomically to `path` when given)."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt, pandas as pd, seaborn as sns
+    import pandas as pd, seaborn as sns
+    from matplotlib.figure import Figure                       # no pyplot: the caller's backend stays as it is
     df = pd.DataFrame([{"task": r["task"], "shots": r["shots"], "accuracy": 100 * r["accuracy"]} for r in results])
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     sns.lineplot(df, x="shots", y="accuracy", hue="task", marker="o", ax=ax)
     for r in {r["task"]: r for r in results}.values():
         if r.get("chance"): ax.axhline(100 * r["chance"], ls=":", lw=0.8, color="gray")
@@ -741,7 +742,8 @@ def plot_results(results: list[dict], path=None):
     if path is not None:
         p = Path(path); p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")
-        fig.savefig(tmp, dpi=120); os.replace(tmp, p); plt.close(fig)
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, p)
     return fig
 
 def write_report(results: list[dict], out_dir):
@@ -758,87 +760,56 @@ def write_report(results: list[dict], out_dir):
     return rows
 
 # %% ../nbs/07_eval.ipynb #0b6e96a7
-_CKPT_EXT = (".safetensors", ".pt", ".pth", ".bin")
-
-def _step_of(p: Path, base: Path) -> int:
-    "The step number of a checkpoint file: the first number in its path below `base` (-1 if none)."
-    nums = re.findall(r"\d+", str(p.relative_to(base)))
-    return int(nums[0]) if nums else -1
-
 def find_checkpoint(run_dir) -> Path:
-    "The newest full-state checkpoint file of a run: `checkpoints/latest` if it names one, else the highest step."
+    "The checkpoint folder to read: a run folder's latest complete checkpoint, or a checkpoint folder itself."
+    from mtnlg.checkpoint import latest_checkpoint
     run = Path(run_dir)
-    if run.is_file(): return run
     if not run.is_dir():
         raise EvalError(f"--checkpoint {run}: no such run directory; pass the run folder of `mtnlg train`")
-    base = run / "checkpoints" if (run / "checkpoints").is_dir() else run
-    if (base / "latest").is_file():
-        named = base / (base / "latest").read_text().strip()
-        if named.is_file(): return named
-        if (named / "full_state.pt").is_file(): return named / "full_state.pt"    # a checkpoint of `mtnlg train`
-        if (named / "train_state.json").is_file():
-            raise EvalError(f"--checkpoint {run}: {named.name} has no full_state.pt (the run trained with save_full_state "
-                            "off, which evaluation and export need); train with --set save_full_state=true")
-        if named.is_dir(): base = named
-    files = [p for p in base.rglob("*") if p.suffix in _CKPT_EXT and p.is_file()]
-    if files: return max(files, key=lambda p: (_step_of(p, base), p.stat().st_mtime))
-    raise EvalError(f"--checkpoint {run}: no checkpoint file ({', '.join(_CKPT_EXT)}) under {base}; "
-                    "train with `mtnlg train --out RUN_DIR` first, or pass --hf-model DIR")
+    if (run / "COMPLETE").exists(): return run
+    ck = latest_checkpoint(run)
+    if ck is None:
+        raise EvalError(f"--checkpoint {run}: no complete checkpoint under {run / 'checkpoints'}; train with "
+                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export --import-hf), or pass --hf-model DIR")
+    return ck
 
-def read_full_state(path) -> dict:
-    "The full state dict stored in a checkpoint file."
-    import torch
-    p = Path(path)
-    if p.suffix == ".safetensors":
-        from safetensors.torch import load_file
-        return load_file(str(p))
-    obj = torch.load(p, map_location="cpu", weights_only=True)
-    for key in ("full_state", "model", "state_dict", "module"):
-        if isinstance(obj, dict) and isinstance(obj.get(key), dict): obj = obj[key]; break
-    if not isinstance(obj, dict) or not all(hasattr(v, "shape") for v in obj.values()):
-        raise EvalError(f"{p}: not a state dict of tensors; want the full state of mtnlg.pipeline.gather_full_state")
-    return obj
-
-def eval_config(run_dir, tp: int = 1, pp: int = 1):
-    "(the run's `RunConfig` at an fp32 evaluation layout of tp x pp processes, newest checkpoint); a layout that does not fit fails here."
+def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32"):
+    "(the run's `RunConfig` at an evaluation layout of tp x pp processes, checkpoint folder); a misfit fails here."
     import dataclasses
     from mtnlg.config import load_config, ConfigError, ParallelConfig
     from mtnlg.topology import check_layout
-    run = Path(run_dir)
-    ck = find_checkpoint(run)
-    cfgp = next((p for p in (run / "config.json", ck.parent / "config.json", ck.parent.parent / "config.json")
-                 if p.exists()), None)
-    if cfgp is None: raise EvalError(f"--checkpoint {run}: no config.json beside the checkpoint; the run folder of "
-                                     "`mtnlg train` has one")
-    cfg = load_config(None, cfgp, validate=False)
+    from mtnlg.checkpoint import check_checkpoint
+    ck = find_checkpoint(run_dir)
+    if precision not in ("fp32", "bf16"): raise EvalError(f"--precision {precision}: want fp32 or bf16")
+    cfg = load_config(None, ck / "config.json", validate=False)
     par = dataclasses.replace(cfg.parallel, tp=tp, pp=pp, dp=1, zero_stage=0, checkpoint_activations=0,
                               partition_method=ParallelConfig.partition_method)
-    cfg = dataclasses.replace(cfg, parallel=par, precision="fp32")
-    try: check_layout(cfg, tp * pp)
-    except ConfigError as e: raise EvalError(f"--tp {tp} --pp {pp}: {e}") from None
+    cfg = dataclasses.replace(cfg, parallel=par, precision=precision)
+    try:
+        check_layout(cfg, tp * pp)
+        check_checkpoint(ck, cfg.model)
+    except ConfigError as e: raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp}: {e}") from None
     return cfg, ck
 
-def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1):
-    "(`TokenScorer` over the run's model at a tp x pp layout, checkpoint path); tp x pp > 1: call it on every launched rank."
+def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32"):
+    "(`TokenScorer` over the run's model at a tp x pp layout, checkpoint folder); tp x pp > 1: call it on every rank."
     import torch
-    cfg, ck = eval_config(run_dir, tp, pp)
-    state = read_full_state(ck)
     from mtnlg.topology import init_distributed
-    from mtnlg.model import GPT, load_full_state, full_shapes
-    missing = [k for k in full_shapes(cfg.model) if k not in state]
-    if missing: raise EvalError(f"{ck}: lacks {missing[:3]} ({len(missing)} tensors); is it the full state of this run?")
+    from mtnlg.model import GPT
+    from mtnlg.checkpoint import load_weights
+    cfg, ck = eval_config(run_dir, tp, pp, precision)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if tp * pp == 1:
-        model = load_full_state(GPT(cfg.model), state, cfg.model)
+        model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
         if torch.cuda.is_available(): model = model.cuda()
         return gpt_scorer(model, batch_size), ck
     import deepspeed
     from mtnlg import pipeline
-    module = pipeline.load_full_state(pipeline.build_pipeline(cfg, topo), state, cfg)
-    del state
+    module = load_weights(pipeline.build_pipeline(cfg, topo), ck, cfg.model)
     engine, *_ = deepspeed.initialize(model=module, config={           # no optimizer: inference only
         "train_micro_batch_size_per_gpu": batch_size, "gradient_accumulation_steps": 1,
-        "train_batch_size": batch_size, "steps_per_print": 10 ** 9})
+        "train_batch_size": batch_size, "steps_per_print": 10 ** 9, "bf16": {"enabled": precision == "bf16"}})
     return pipeline_scorer(engine, topo, batch_size), ck
 
 # %% ../nbs/07_eval.ipynb #e57ea6a1
@@ -960,7 +931,7 @@ def _launch(args, names, ks) -> int:
 def _rank_main() -> int:
     "Entry of a launched rank: `python -m mtnlg.eval` with the flags of `mtnlg eval`."
     import argparse, logging, sys, warnings
-    warnings.filterwarnings("ignore")
+    if int(os.environ.get("RANK", 0)) != 0: warnings.filterwarnings("ignore")   # rank 0 speaks for all ranks
     from torch.distributed.elastic.multiprocessing.errors import record
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     return record(cli_run)(cli_parser(argparse.ArgumentParser(prog="python -m mtnlg.eval")).parse_args(sys.argv[1:]))

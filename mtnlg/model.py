@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 # %% auto #0
-__all__ = ['CE_BLOCK', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm', 'Head', 'tied_logits',
-           'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs', 'GPT', 'full_shapes', 'FullInit',
-           'init_full_state', 'shard', 'unshard', 'full_named_parameters', 'load_full_state']
+__all__ = ['CE_BLOCK', 'INIT_TILE_COLS', 'INIT_TILE_NUMEL', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm',
+           'Head', 'tied_logits', 'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs', 'GPT', 'full_shapes',
+           'init_block', 'FullInit', 'init_full_state', 'shard', 'unshard', 'tp_row_runs', 'full_named_parameters',
+           'load_full_state', 'init_parameters']
 
 # %% ../nbs/03_model.ipynb #170ce7d8
 def _tp():
@@ -109,10 +110,11 @@ class MLP(nn.Module):
         self.fc2 = tpl.RowParallelLinear(f, h, config=mp, init_method=_noinit, bias=True, input_is_parallel=True,
                                          skip_bias_add=False)
         _mark_tp(self.fc1.weight, 0); _mark_tp(self.fc2.weight, 1)
+        self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"   # Megatron's GELU is the tanh form
 
     def forward(self, x):
         y, _ = self.fc1(x)
-        out, _ = self.fc2(F.gelu(y))
+        out, _ = self.fc2(F.gelu(y, approximate=self.approximate))
         return out
 
 # %% ../nbs/03_model.ipynb #8b21ebbc
@@ -293,21 +295,44 @@ def full_shapes(cfg: ModelConfig) -> dict[str, tuple]:
     if not cfg.tie_embeddings: out["head.out.weight"] = (V, h)
     return out
 
+INIT_TILE_COLS, INIT_TILE_NUMEL = 4096, 2 ** 16    # init tiles: at most 4096 columns, about 64K values
+
+def _tiles(n_rows: int, n_cols: int) -> tuple[int, int]:
+    "(rows, columns) of one init tile of a [n_rows, n_cols] weight."
+    cols = min(n_cols, INIT_TILE_COLS)
+    return max(1, INIT_TILE_NUMEL // cols), cols
+
+def init_block(name: str, cfg: ModelConfig, seed: int, rows: tuple[int, int], cols: tuple[int, int] = (0, 0)):
+    "Rows [r0, r1) x columns [c0, c1) of the full tensor `name`'s init (1-D tensors: rows only); fp32."
+    shape = full_shapes(cfg)[name]
+    (r0, r1), (c0, c1) = rows, (cols if len(shape) == 2 else (0, 1))
+    out = torch.empty(r1 - r0, c1 - c0)
+    if name.endswith("bias") or ".ln" in name:
+        out.fill_(0.0 if name.endswith("bias") else 1.0)
+        return out if len(shape) == 2 else out[:, 0]
+    scaled = name.endswith(("proj.weight", "fc2.weight"))
+    std = cfg.init_std / math.sqrt(2 * cfg.num_layers) if scaled else cfg.init_std
+    tr, tc = _tiles(*shape)
+    position = list(full_shapes(cfg)).index(name)
+    for i in range(r0 // tr, -(-r1 // tr)):
+        for j in range(c0 // tc, -(-c1 // tc)):
+            g = torch.Generator().manual_seed((((seed * 1_000_003 + position) * 1_000_033 + i) * 65_537 + j) % 2 ** 63)
+            tile = torch.empty(min(tr, shape[0] - i * tr), min(tc, shape[1] - j * tc)).normal_(0, std, generator=g)
+            a, b = max(r0, i * tr), min(r1, (i + 1) * tr)
+            c, d = max(c0, j * tc), min(c1, (j + 1) * tc)
+            out[a - r0:b - r0, c - c0:d - c0] = tile[a - i * tr:b - i * tr, c - j * tc:d - j * tc]
+    return out
+
 class FullInit(Mapping):
-    "The seeded init of the full model as a lazy mapping name -> fp32 tensor, each drawn on access from its own seed."
+    "The seeded init of the full model as a lazy mapping name -> fp32 tensor, each drawn on access."
     def __init__(self, cfg: ModelConfig, seed: int):
         self.cfg, self.seed, self.shapes = cfg, seed, full_shapes(cfg)
-        self.position = {n: i for i, n in enumerate(self.shapes)}
     def __iter__(self): return iter(self.shapes)
     def __len__(self): return len(self.shapes)
     def __contains__(self, name): return name in self.shapes
     def __getitem__(self, name) -> torch.Tensor:
-        shape, cfg = self.shapes[name], self.cfg
-        if name.endswith("bias"): return torch.zeros(shape)
-        if ".ln" in name: return torch.ones(shape)
-        std = cfg.init_std / math.sqrt(2 * cfg.num_layers) if name.endswith(("proj.weight", "fc2.weight")) else cfg.init_std
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.position[name])
-        return torch.empty(shape).normal_(0, std, generator=g)
+        shape = self.shapes[name]
+        return init_block(name, self.cfg, self.seed, (0, shape[0]), (0, shape[-1]))
 
 def init_full_state(cfg: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
     "Seeded Megatron-style init of the full model (fp32, unpadded vocabulary), independent of the layout."
@@ -341,6 +366,18 @@ def unshard(name: str, parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Ten
         return torch.cat([p.view(3, -1, *p.shape[1:]) for p in parts], 1).reshape(-1, *parts[0].shape[1:])
     return torch.cat(parts, kind)
 
+def tp_row_runs(name: str, local_shape, cfg: ModelConfig, tp: int, tp_rank: int):
+    "([(local row, full row, rows)], first full column) placing this TP rank's slice of `name` in the full tensor."
+    rows, cols = local_shape[0], (local_shape[1] if len(local_shape) == 2 else 1)
+    kind = _split_kind(name)
+    if kind is None: return [(0, 0, rows)], 0                  # replicated
+    if kind == 1: return [(0, 0, rows)], tp_rank * cols         # row-parallel: a block of columns
+    if kind == "qkv":                                            # q, k and v: a block of rows in each third
+        part = rows // 3
+        return [(k * part, k * part * tp + tp_rank * part, part) for k in range(3)], 0
+    n = rows if kind == 0 else max(0, min(rows, cfg.vocab_size - tp_rank * rows))   # vocab: padding rows dropped
+    return ([(0, tp_rank * rows, n)] if n else []), 0
+
 def full_named_parameters(module: nn.Module):
     "(full-state name, parameter) for every parameter of the model pieces inside `module` (GPT or pipeline)."
     for m in module.modules():
@@ -361,4 +398,17 @@ def load_full_state(module: nn.Module, full_state: dict, cfg: ModelConfig):
                                  f"tp rank {r}, but the parameter is {tuple(p.shape)}; the state is for another model config")
             p.copy_(t)
     if missing: raise KeyError(f"full state lacks {missing[:3]}... ({len(missing)} tensors); was it made for this model config?")
+    return module
+
+# %% ../nbs/03_model.ipynb #c7e1a2b4
+def init_parameters(module: nn.Module, cfg: ModelConfig, seed: int, zero: bool = False):
+    "Initialize this rank's slices of the model pieces inside `module` (all zero when `zero`: a checkpoint follows)."
+    tp, r = _tp()
+    with torch.no_grad():
+        for name, p in full_named_parameters(module):
+            local = torch.zeros(p.shape[0], p.shape[1] if p.dim() == 2 else 1)
+            runs, c0 = tp_row_runs(name, p.shape, cfg, tp, r)
+            for lr, fr, n in runs if not zero else ():
+                local[lr:lr + n] = init_block(name, cfg, seed, (fr, fr + n), (c0, c0 + local.shape[1])).view(n, -1)
+            p.copy_(local.view(p.shape))
     return module

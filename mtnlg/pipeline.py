@@ -9,13 +9,12 @@ import torch
 import torch.distributed as dist
 from .config import RunConfig, ConfigError
 from .topology import Topology, parse_partition, seed_all, check_layout
-from .model import (Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, token_logprobs, full_named_parameters,
-                         unshard, full_shapes)
+from .model import Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, token_logprobs
 from . import model as _model
 
 # %% auto #0
-__all__ = ['LMLoss', 'build_pipeline', 'load_full_state', 'gather_full_state', 'deepspeed_config', 'param_groups', 'adamw',
-           'global_grad_norm', 'build_engine', 'eval_logprobs']
+__all__ = ['LMLoss', 'build_pipeline', 'load_full_state', 'deepspeed_config', 'param_groups', 'adamw', 'global_grad_norm',
+           'build_engine', 'eval_logprobs']
 
 # %% ../nbs/04_pipeline.ipynb #be862c9f
 class LMLoss:
@@ -44,7 +43,7 @@ def _pipeline_class():
     return GPTPipe
 
 def build_pipeline(cfg: RunConfig, topo: Topology):
-    "The decoder as a DeepSpeed PipelineModule for this rank's stage (parameters uninitialized: use load_full_state)."
+    "The decoder as a DeepSpeed PipelineModule for this rank's stage (parameters uninitialized: init or load them)."
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
     check_layout(cfg, topo.world_size)
     m = cfg.model
@@ -75,33 +74,6 @@ def _find_cfg(module):
     for m in module.modules():
         if hasattr(m, "cfg"): return m.cfg
     raise ValueError("no model config found in module; pass cfg")
-
-def gather_full_state(module, topo: Topology, value=None) -> dict | None:
-    "The full (unsliced, unpadded, fp32) state dict on global rank 0, None elsewhere; `value(param)` gathers another tensor per parameter instead (fp32 master weight, Adam moment; None: skip it)."
-    from megatron.core import parallel_state as ps
-    mcfg = _find_cfg(module)
-    local = {}
-    for name, p in full_named_parameters(module):
-        if getattr(p, "ds_pipe_replicated", False) or name in local: continue   # tied copy: owner stage only
-        t = p.detach() if value is None else value(p)
-        if t is None: continue
-        t = t.detach().float().reshape(p.shape)
-        if topo.tp > 1 and _model._split_kind(name) is not None:
-            parts = [torch.empty_like(t) for _ in range(topo.tp)]
-            dist.all_gather(parts, t.contiguous(), group=ps.get_tensor_model_parallel_group())
-            t = unshard(name, parts, mcfg)
-        else: t = unshard(name, [t], mcfg)
-        local[name] = t.cpu()
-    mine = local if (topo.dp_rank == 0 and topo.tp_rank == 0) else {}
-    got = [None] * topo.world_size if topo.rank == 0 else None
-    dist.gather_object(mine, got, dst=0)
-    if topo.rank != 0: return None
-    full = {}
-    for d in got: full.update(d)
-    order = list(full_shapes(mcfg))
-    missing = [n for n in order if n not in full]
-    if missing and value is None: raise RuntimeError(f"gather_full_state: no rank holds {missing[:3]}")
-    return {n: full[n] for n in order if n in full}
 
 # %% ../nbs/04_pipeline.ipynb #4f0156e2
 def deepspeed_config(cfg: RunConfig, grad_accum: int | None = None) -> dict:

@@ -11,10 +11,10 @@ from .config import ConfigError, ModelConfig, RunConfig, load_config, add_config
 # %% auto #0
 __all__ = ['CLUSTERS', 'BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'ORDERS', 'PAPER_COMPUTE_FRACTION', 'PlanError', 'Cluster',
            'get_cluster', 'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
-           'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'pipeline_stats', 'memory_per_gpu',
-           'flops_per_iteration', 'tflops_per_gpu', 'rank_of', 'rank_placement', 'parallel_groups', 'placement_table',
-           'predict_time', 'calibrate', 'with_layout', 'check_layout', 'enumerate_layouts', 'evaluate', 'plan',
-           'cli_parser', 'cli_run']
+           'checkpoint_cost', 'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'pipeline_stats',
+           'memory_per_gpu', 'flops_per_iteration', 'tflops_per_gpu', 'rank_of', 'rank_placement', 'parallel_groups',
+           'placement_table', 'predict_time', 'calibrate', 'with_layout', 'check_layout', 'enumerate_layouts',
+           'evaluate', 'plan', 'cli_parser', 'cli_run']
 
 # %% ../nbs/01_memory.ipynb #21342d17
 class PlanError(ConfigError):
@@ -107,6 +107,17 @@ def model_state_bytes(n_params: int, precision: str = "bf16", zero_stage: int = 
     out = {k: n_params * v / (dp if k in parted else 1) for k, v in b.items()}
     out["total"] = sum(out.values())
     return out
+
+# %% ../nbs/01_memory.ipynb #cc000002
+def checkpoint_cost(cfg: RunConfig, fs_gb_per_s: float = 100.0, gpus_per_node: int = 8) -> dict:
+    "Bytes of one checkpoint (in all, per rank, per host) and its write seconds at `fs_gb_per_s` aggregate GB/s."
+    n, p = param_counts(cfg.model)["total_unpadded"], cfg.parallel
+    per_rank = max(stage_params(cfg)) * 12 / p.dp                # fp32 master + m + v of one ZeRO fragment
+    total = 12 * n
+    return dict(total_bytes=total, weights_fp32_bytes=4 * n, adam_bytes=8 * n, bf16_weights_not_stored_bytes=2 * n,
+                deepspeed_format_bytes=14 * n, per_rank_bytes=per_rank,
+                per_host_bytes=per_rank * min(gpus_per_node, p.world_size), ranks=p.world_size,
+                write_s=total / (fs_gb_per_s * 1e9))
 
 # %% ../nbs/01_memory.ipynb #258a9c38
 RECOMPUTE = ("none", "selective", "full")

@@ -10,13 +10,14 @@ import numpy as np
 import torch
 from .config import (RunConfig, OptimConfig, ConfigError, load_config, save_config, to_dict, add_config_args,
                           config_from_args, atomic_write_text)
+from .checkpoint import (latest_checkpoint, save_checkpoint, load_checkpoint, check_checkpoint, clean_partial,
+                              step_tag)
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'RESUMABLE_CHANGES', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices', 'collate',
-           'batches', 'atomic_save', 'read_metrics', 'MetricsLog', 'step_tag', 'latest_checkpoint', 'rng_state',
-           'set_rng_state', 'gather_train_state', 'load_train_state', 'save_checkpoint', 'TrainingError', 'train',
-           'plot_training', 'check_run_dir', 'check_data', 'under_launcher', 'prepare_run', 'launch', 'failure_message',
-           'run_training', 'run_training_single', 'cli_parser', 'cli_run', 'worker_main']
+__all__ = ['RESUMABLE_CHANGES', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices', 'collate', 'batches',
+           'read_metrics', 'MetricsLog', 'TrainingError', 'train', 'plot_training', 'check_run_dir', 'check_data',
+           'under_launcher', 'prepare_run', 'launch', 'failure_message', 'run_training', 'run_training_single',
+           'cli_parser', 'resume_config', 'cli_run', 'worker_main']
 
 # %% ../nbs/06_train.ipynb #646270fd
 def learning_rate(o: OptimConfig, tokens: float) -> float:
@@ -62,12 +63,6 @@ def batches(dataset, ranges):
     return (collate(dataset, r) for r in ranges)
 
 # %% ../nbs/06_train.ipynb #136edfd6
-def atomic_save(obj, path):
-    "`torch.save` to `path` atomically."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp); os.replace(tmp, path)
-
 def read_metrics(run_dir) -> list[dict]:
     "The per-step records of `RUN_DIR/metrics.jsonl` (a torn last line from a kill is ignored)."
     p = Path(run_dir) / "metrics.jsonl"
@@ -96,126 +91,6 @@ class MetricsLog:
     def close(self):
         self.f.close()
         if self.tb is not None: self.tb.close()
-
-# %% ../nbs/06_train.ipynb #3b258078
-def step_tag(step: int) -> str: return f"step{step:08d}"
-
-def _same_layout(ck: Path, cfg: RunConfig) -> bool:
-    "Whether checkpoint `ck` was saved at `cfg`'s layout, precision and ZeRO stage (DeepSpeed can load its shards)."
-    old, p = json.loads((ck / "config.json").read_text()), cfg.parallel
-    return ([old["parallel"][k] for k in ("tp", "pp", "dp", "zero_stage")] == [p.tp, p.pp, p.dp, p.zero_stage]
-            and old["precision"] == cfg.precision)
-
-def latest_checkpoint(run_dir) -> Path | None:
-    "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest complete step."
-    base = Path(run_dir) / "checkpoints"
-    if not base.is_dir(): return None
-    named = base / (base / "latest").read_text().strip() if (base / "latest").is_file() else None
-    if named is not None and (named / "COMPLETE").exists(): return named
-    done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
-    return done[-1] if done else None
-
-def rng_state() -> dict:
-    "Every random state a rank uses."
-    from megatron.core import tensor_parallel
-    return dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate(),
-                cuda=torch.cuda.get_rng_state() if torch.cuda.is_available() else None,
-                tracker=tensor_parallel.get_cuda_rng_tracker().get_states())
-
-def set_rng_state(s: dict):
-    "Restore `rng_state()`."
-    from megatron.core import tensor_parallel
-    torch.set_rng_state(s["torch"]); np.random.set_state(s["numpy"]); random.setstate(s["python"])
-    if s["cuda"] is not None and torch.cuda.is_available(): torch.cuda.set_rng_state(s["cuda"])
-    tensor_parallel.get_cuda_rng_tracker().set_states(s["tracker"])
-
-# %% ../nbs/06_train.ipynb #02f6a63e
-ADAM_KEYS = ("exp_avg", "exp_avg_sq")
-
-def _inner_optimizer(engine):
-    "The torch optimizer under DeepSpeed's wrappers (BF16_Optimizer, ZeRO) or the engine's own."
-    return getattr(engine.optimizer, "optimizer", engine.optimizer)
-
-def _master(p):
-    from deepspeed.utils import safe_get_full_fp32_param
-    v = safe_get_full_fp32_param(p) if hasattr(p, "_hp_mapping") else None
-    return p.detach() if v is None else v
-
-def _moment(engine, key):
-    from deepspeed.utils import safe_get_full_optimizer_state
-    def get(p):
-        if hasattr(p, "_hp_mapping"):
-            try: return safe_get_full_optimizer_state(p, key)
-            except (KeyError, AttributeError, TypeError): return None   # no optimizer step yet
-        return _inner_optimizer(engine).state.get(p, {}).get(key)
-    return get
-
-def _link_optimizer_state(engine):
-    "(Re)link DeepSpeed's per-parameter views of the Adam state."
-    # DeepSpeed 0.19.8's ZeRO-1/2 links them after stepping the *first* param group only, so the parameters of
-    # later groups (here: biases and LayerNorms, no weight decay) never find their state. Linking again fixes it.
-    opt = engine.optimizer
-    if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _inner_optimizer(engine).state:
-        opt._hp_optimizer_states_linked = False
-        opt._lazy_init_hp_params_optimizer_state()
-
-def gather_train_state(engine, topo) -> dict | None:
-    "Full fp32 master weights and Adam moments of the model on rank 0 (None elsewhere)."
-    from mtnlg.pipeline import gather_full_state
-    _link_optimizer_state(engine)
-    out = dict(model=gather_full_state(engine.module, topo, _master))
-    for k in ADAM_KEYS: out[k] = gather_full_state(engine.module, topo, _moment(engine, k))
-    return out if topo.rank == 0 else None
-
-# %% ../nbs/06_train.ipynb #8e1646d7
-def _init_adam_state(engine, adam_step: int):
-    "Create Adam's state for every parameter the optimizer updates, as after `adam_step` steps."
-    inner = _inner_optimizer(engine)
-    for g in inner.param_groups:
-        for q in g["params"]:
-            inner.state[q] = dict(step=torch.tensor(float(adam_step), device=q.device), exp_avg=torch.zeros_like(q), exp_avg_sq=torch.zeros_like(q))
-    _link_optimizer_state(engine)
-
-def load_train_state(engine, full: dict, cfg: RunConfig, adam_step: int):
-    "Put a `gather_train_state` dict (any source layout) into this rank's engine: master weights and Adam moments."
-    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
-    from mtnlg.model import full_named_parameters, shard
-    from megatron.core import parallel_state as ps
-    tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    have_moments = all(full.get(k) for k in ADAM_KEYS)
-    if have_moments: _init_adam_state(engine, adam_step)
-    inner = _inner_optimizer(engine)
-    with torch.no_grad():
-        for name, p in full_named_parameters(engine.module):
-            w = shard(name, full["model"][name], cfg.model, tp, r).to(p.device)
-            if hasattr(p, "_hp_mapping"): safe_set_full_fp32_param(p, w)
-            else: p.copy_(w)
-            for k in ADAM_KEYS if have_moments else ():
-                m = shard(name, full[k][name], cfg.model, tp, r).to(p.device)
-                if hasattr(p, "_hp_mapping"): safe_set_full_optimizer_state(p, m, k)
-                else: inner.state[p][k].copy_(m)
-    if hasattr(engine.optimizer, "update_lp_params"): engine.optimizer.update_lp_params()   # bf16 copies of the masters
-
-# %% ../nbs/06_train.ipynb #55d9d53a
-def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict) -> Path:
-    "Write the checkpoint of step `state['step']` (all ranks call this); return its folder."
-    import torch.distributed as dist
-    d = Path(run_dir) / "checkpoints" / step_tag(state["step"])
-    if topo.rank == 0 and d.exists(): shutil.rmtree(d)          # a partial folder left by an earlier crash
-    dist.barrier()
-    engine.save_checkpoint(str(d), tag="deepspeed", client_state=dict(train_state=state), save_latest=False)
-    atomic_save(rng_state(), d / "rng" / f"rank{topo.rank:05d}.pt")
-    full = gather_train_state(engine, topo) if cfg.save_full_state else None
-    if topo.rank == 0:
-        if full is not None: atomic_save(dict(full, train_state=state), d / "full_state.pt")
-        atomic_write_text(d / "train_state.json", json.dumps(state, indent=1))
-        save_config(cfg, d / "config.json")
-    dist.barrier()                                              # every rank's files are on disk
-    if topo.rank == 0:
-        atomic_write_text(d / "COMPLETE", "")
-        atomic_write_text(d.parent / "latest", d.name)
-    dist.barrier()
-    return d
 
 # %% ../nbs/06_train.ipynb #ad4ba0a5
 class TrainingError(RuntimeError):
@@ -251,30 +126,19 @@ def _inject(step: int) -> bool:
 def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     "Datasets, engine and the training state to start from (a checkpoint's, when resuming)."
     from mtnlg.data import build_datasets
-    from mtnlg.model import FullInit
-    from mtnlg.pipeline import build_pipeline, build_engine, load_full_state
+    from mtnlg.model import init_parameters
+    from mtnlg.pipeline import build_pipeline, build_engine
     p = cfg.parallel
     plan = plan_steps(cfg)
     n_valid = cfg.eval_batches * cfg.optim.global_batch if cfg.eval_interval else 0
     train_ds, valid_ds, _ = build_datasets(cfg.data, cfg.model.seq_length, (sum(plan), n_valid, 0), seed=cfg.data.seed)
     ck = latest_checkpoint(run) if resume else None
-    state = dict(step=0, consumed_samples=0, tokens=0, skipped=0, layout=[p.tp, p.pp, p.dp])
-    full = None
-    if ck is not None:
-        state = json.loads((ck / "train_state.json").read_text())
-        if not _same_layout(ck, cfg): full = torch.load(ck / "full_state.pt", map_location="cpu", weights_only=False)
-    init = full["model"] if full else FullInit(cfg.model, cfg.seed)    # FullInit: this rank's tensors only, drawn lazily
-    module = load_full_state(build_pipeline(cfg, topo), init, cfg)
+    state = dict(step=0, consumed_samples=0, tokens=0, skipped=0)
+    if ck is not None: state = json.loads((ck / "train_state.json").read_text())
+    module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=ck is not None)  # own slices only
     step0 = state["step"]
     engine = build_engine(cfg, topo, module, grad_accum=plan[min(step0, len(plan) - 1)] // (p.micro_batch * p.dp))
-    if ck is not None and full is None:                           # same layout: DeepSpeed's own checkpoint, exact RNG
-        engine.load_checkpoint(str(ck), tag="deepspeed", load_optimizer_states=True, load_lr_scheduler_states=False)
-        set_rng_state(torch.load(ck / "rng" / f"rank{topo.rank:05d}.pt", weights_only=False))
-    elif full is not None:                                        # new layout: the full state, resliced
-        load_train_state(engine, full, cfg, adam_step=step0 - state["skipped"])
-        engine.global_steps, engine.skipped_steps = step0, state["skipped"]
-        from mtnlg.topology import seed_all
-        seed_all(cfg.seed + 7919 * step0, topo)
+    if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)
     return plan, train_ds, valid_ds, engine, state, ck
 
 # %% ../nbs/06_train.ipynb #6f3bf251
@@ -290,7 +154,9 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
     plan, train_ds, valid_ds, engine, state, ck = _build(cfg, run, resume, topo)
     rank0 = topo.rank == 0
     log = MetricsLog(run, resume_step=state["step"]) if rank0 else None
-    if rank0 and ck is not None: print(f"resuming from {ck} (step {state['step']}, layout {state['layout']})", flush=True)
+    if rank0 and ck is not None:
+        print(f"resuming from {ck} (step {state['step']}, saved at layout {state.get('layout')})", flush=True)
+        clean_partial(run)                                    # folders a kill left unfinished: never read, removed
     bar = tqdm(total=len(plan), initial=state["step"], desc="train", disable=not (rank0 and progress), dynamic_ncols=True)
     loss_fn, bad_in_a_row = engine.module.loss_fn, 0
     try:
@@ -325,7 +191,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
                                     f"stopping. Lower optim.lr, check the data, or resume from {latest_checkpoint(run) or 'scratch'} "
                                     f"with --resume (max_nonfinite={cfg.max_nonfinite})")
             if (cfg.save_interval and (step + 1) % cfg.save_interval == 0) or step + 1 == len(plan):
-                save_checkpoint(engine, topo, cfg, run, dict(state))
+                save_checkpoint(engine, topo, cfg, run, dict(state), protect=[ck])
     finally:
         bar.close()
         if log is not None: log.close()
@@ -351,8 +217,7 @@ def plot_training(run_dir, path=None):
 
 # %% ../nbs/06_train.ipynb #a794ef07
 RESUMABLE_CHANGES = ("parallel.", "steps", "train_tokens", "log_interval", "eval_interval", "eval_batches", "save_interval",
-                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "save_full_state",
-                     "compile")
+                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "keep_last", "compile")
 
 def _flat(d, pre=""):
     out = {}
@@ -375,11 +240,7 @@ def check_run_dir(run_dir, cfg: RunConfig, resume: bool):
                               f"the run in {run}; only the layout, length, intervals and precision may change on resume. "
                               f"Start a new run with another --out")
         ck = latest_checkpoint(run)
-        if ck is not None and not (ck / "full_state.pt").exists() and not _same_layout(ck, cfg):
-            old_p = json.loads((ck / "config.json").read_text())["parallel"]
-            raise ConfigError(f"--resume: {ck} has no full_state.pt (saved with save_full_state off), so it resumes only "
-                              f"at its own layout: tp={old_p['tp']} pp={old_p['pp']} dp={old_p['dp']} zero={old_p['zero_stage']}"
-                              f" and its precision; use that layout, or keep save_full_state on for runs you will relayout")
+        if ck is not None: check_checkpoint(ck, cfg.model)          # shapes match; reads only .metadata
         return
     if old.exists() or (run / "checkpoints").exists() or (run / "metrics.jsonl").exists():
         raise ConfigError(f"--out {run} holds another run; pass --resume to continue it, or choose a new --out")
@@ -471,10 +332,20 @@ def cli_parser(parser):
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
+def resume_config(args) -> RunConfig:
+    "A resumed run's config: the run's own `config.json`, changed only by the flags given."
+    out = args.cfg_out
+    if not out: raise ConfigError("--resume needs --out RUN_DIR, the folder of the run to continue")
+    saved = Path(out) / "config.json"
+    if not saved.exists():
+        raise ConfigError(f"--resume: {out} holds no run (no config.json); drop --resume to start a new run there")
+    if args.preset: print(f"mtnlg train: --resume starts from {saved}; --preset {args.preset} is ignored", file=sys.stderr)
+    return config_from_args(args, base=saved)
+
 def cli_run(args) -> int:
     "`mtnlg train`: check, launch or join, train; a failure is one message with the way to continue."
-    cfg = config_from_args(args)                     # a ConfigError becomes `mtnlg train: bad configuration: ...`, exit 2
-    try: run_training(cfg, cfg.out or f"runs/{args.preset or 'run'}", resume=args.resume, progress=not args.no_progress)
+    cfg = resume_config(args) if args.resume else config_from_args(args)   # ConfigError: one line, exit 2
+    try: run_training(cfg, cfg.out or f"runs/{args.preset or 'tiny'}", resume=args.resume, progress=not args.no_progress)
     except TrainingError as e:
         print(str(e), file=sys.stderr); return 1
     return 0
@@ -483,7 +354,7 @@ def worker_main(argv=None) -> int:
     "Entry of a launched rank: `python -m mtnlg.train RUN_DIR [--resume]`."
     import argparse, warnings
     from torch.distributed.elastic.multiprocessing.errors import record
-    warnings.filterwarnings("ignore")
+    if int(os.environ.get("RANK", 0)) != 0: warnings.filterwarnings("ignore")   # rank 0 speaks for all ranks
     ap = argparse.ArgumentParser(prog="python -m mtnlg.train")
     ap.add_argument("run_dir"); ap.add_argument("--resume", action="store_true")
     a = ap.parse_args(argv)

@@ -22,3 +22,18 @@ def shared_data():
     d = SHARED / "data"
     if not d.exists(): pytest.fail(f"{d} is missing: put the shared data folder beside the repo or set MTNLG_SHARED")
     return d
+
+
+def pytest_configure(config):
+    "Each session its own temp root: pytest prunes all but the 3 newest `pytest-N` folders, including a running one's."
+    if not config.option.basetemp:
+        import tempfile
+        config.option.basetemp = tempfile.mkdtemp(prefix="mtnlg-pytest-")
+        config._mtnlg_own_basetemp = True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    "Remove this session's temp root when every test passed (kept for inspection after a failure)."
+    import shutil
+    if getattr(session.config, "_mtnlg_own_basetemp", False) and exitstatus == 0:
+        shutil.rmtree(session.config.option.basetemp, ignore_errors=True)

@@ -15,9 +15,8 @@ import torch
 
 from mtnlg.config import load_config
 from mtnlg.topology import init_distributed, shutdown
-from mtnlg.model import GPT, FullInit, init_full_state, load_full_state as load_gpt
-from mtnlg.pipeline import (build_pipeline, build_engine, load_full_state, gather_full_state, eval_logprobs,
-                            param_groups)
+from mtnlg.model import GPT, init_full_state, load_full_state as load_gpt, init_parameters, full_named_parameters, shard
+from mtnlg.pipeline import build_pipeline, build_engine, eval_logprobs, param_groups
 from mtnlg.eval import gpt_scorer, pipeline_scorer
 
 GLOBAL_BATCH, STEPS = 8, 5
@@ -89,11 +88,11 @@ def run_reference(cfg, out):
 def run_layout(cfg, out):
     topo = init_distributed(cfg.parallel, timeout_s=120, run_cfg=cfg)
     full = init_full_state(cfg.model, cfg.seed)
-    module = load_full_state(build_pipeline(cfg, topo), FullInit(cfg.model, cfg.seed), cfg)   # as training does it
-    back = gather_full_state(module, topo)                       # slice -> gather round trip
-    if topo.rank == 0:
-        bad = [n for n in full if n not in back or not torch.equal(back[n], full[n])]
-        out["roundtrip_bad"] = bad + sorted(set(back) - set(full))
+    module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed)    # own slices only, as training does
+    bad = [n for n, p in full_named_parameters(module)                # every rank: its slices of the full init
+           if not torch.equal(p.detach(), shard(n, full[n], cfg.model, topo.tp, topo.tp_rank))]
+    out["roundtrip_bad"] = bad
+    if bad: raise AssertionError(f"rank {topo.rank}: its init slices differ from the full init: {bad[:3]}")
     engine = build_engine(cfg, topo, module)
     x, y = eval_batch(cfg)
     res = eval_logprobs(engine, iter([(x, y)]), num_micro_batches=1)

@@ -1,12 +1,14 @@
-"""HF export/import: logits of the exported transformers model equal the project's on real text (fp32)."""
-import json
+"""HF export/import, streamed block by block: logits of the exported transformers model equal the project's on real
+text (fp32), and an HF GPT-2 imported into a checkpoint gives transformers' logits."""
 import pytest
 import torch
 from mtnlg import export as ex
-from mtnlg.config import ModelConfig, ParallelConfig, RunConfig, save_config
+from mtnlg.checkpoint import write_weights, load_weights
+from mtnlg.config import ModelConfig, ParallelConfig, RunConfig
 from mtnlg.data import get_tokenizer
-from mtnlg.model import GPT, init_full_state, load_full_state
+from mtnlg.model import GPT, init_full_state
 from mtnlg.topology import init_distributed
+
 
 @pytest.fixture(scope="module")
 def text_ids(shared_data):
@@ -14,17 +16,27 @@ def text_ids(shared_data):
     ids = get_tokenizer("gpt2").tokenize(text)
     return torch.tensor([ids[:96], ids[96:192]])
 
-@pytest.mark.parametrize("tie", [True, False])
-def test_export_logits_match(tmp_path, text_ids, tie):
+
+def _checkpoint(run, cfg, full, step=3):
+    "A run's checkpoint folder holding the tensors of `full` (as training or an import writes one)."
+    return write_weights(run / "checkpoints" / f"step{step:08d}", RunConfig(model=cfg), lambda n: full[n])
+
+
+@pytest.mark.parametrize("tie,act", [(True, "gelu_tanh"), (False, "gelu")])
+def test_export_logits_match(tmp_path, text_ids, tie, act):
     from transformers import GPT2LMHeadModel
     cfg = ModelConfig(num_layers=3, hidden_size=48, num_heads=4, seq_length=96, hidden_dropout=0, attention_dropout=0,
-                      tie_embeddings=tie)
+                      tie_embeddings=tie, activation=act)
     full = init_full_state(cfg, seed=11)
     init_distributed(ParallelConfig())
-    gpt = load_full_state(GPT(cfg), full, cfg).eval()
-    ex.save_hf(full, cfg, tmp_path / "hf")
-    assert {"config.json", "model.safetensors"} <= {p.name for p in (tmp_path / "hf").iterdir()}
-    hf = GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ck = _checkpoint(tmp_path / "run", cfg, full)
+    gpt = load_weights(GPT(cfg), ck, cfg).eval()
+    out = ex.export_run(tmp_path / "run", tmp_path / "hf", dtype="fp32")
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors.index.json", "vocab.json", "merges.txt"} <= names
+    assert len([n for n in names if n.endswith(".safetensors")]) == cfg.num_layers + 2     # one shard per block
+    hf = GPT2LMHeadModel.from_pretrained(out).eval()
+    assert hf.config.activation_function == ("gelu_new" if act == "gelu_tanh" else "gelu")
     with torch.no_grad():
         a, b = gpt(text_ids), hf(input_ids=text_ids).logits
     assert a.shape == b.shape == (2, 96, 50257) and (a - b).abs().max().item() < 1e-4
@@ -32,37 +44,44 @@ def test_export_logits_match(tmp_path, text_ids, tie):
     bad = dict(full); w = bad["blocks.0.attn.qkv.weight"].clone(); h = cfg.hidden_size
     w[:h], w[h:2 * h] = full["blocks.0.attn.qkv.weight"][h:2 * h], full["blocks.0.attn.qkv.weight"][:h]
     bad["blocks.0.attn.qkv.weight"] = w
-    ex.save_hf(bad, cfg, tmp_path / "hf_bad")
+    _checkpoint(tmp_path / "bad", cfg, bad)
+    ex.export_run(tmp_path / "bad", tmp_path / "hf_bad", dtype="fp32")
     with torch.no_grad(): c = GPT2LMHeadModel.from_pretrained(tmp_path / "hf_bad").eval()(input_ids=text_ids).logits
     assert (a - c).abs().max().item() > 1e-3
-    cfg2, full2 = ex.load_hf(tmp_path / "hf")
+    cfg2, full2 = ex.load_hf(out)
     assert cfg2 == cfg and all(torch.equal(full2[k], full[k]) for k in full)
 
-def test_import_hf_gpt2_into_project_model(tmp_path, text_ids):
-    "An HF GPT-2 (its own random init, gelu) imported into GPT gives the same logits."
+
+@pytest.mark.parametrize("act", ["gelu_new", "gelu"])
+def test_import_hf_gpt2_into_project_model(tmp_path, text_ids, act):
+    "An HF GPT-2 (its own random init) imported into a checkpoint: the project's GPT gives transformers' logits."
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, activation_function="gelu",
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, activation_function=act,
                                     resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)).eval()
-    hf.save_pretrained(tmp_path / "src")
+    hf.save_pretrained(tmp_path / "src", max_shard_size="100KB")        # sharded safetensors with an index
+    assert len(list((tmp_path / "src").glob("*.safetensors"))) > 1
     ck = ex.import_hf(tmp_path / "src", tmp_path / "run")
     from mtnlg.eval import load_model_for_eval
     sc, found = load_model_for_eval(tmp_path / "run")
     assert found == ck
     gpt = sc.fn.__self__
     with torch.no_grad(): a, b = gpt(text_ids), hf(input_ids=text_ids).logits
-    assert (a - b).abs().max().item() < 1e-4
+    assert (a - b).abs().max().item() < 1e-5
+    with pytest.raises(ex.ExportError, match="holds a run already"): ex.import_hf(tmp_path / "src", tmp_path / "run")
 
-def test_export_run_and_cli(tmp_path, text_ids):
+
+def test_export_run_and_cli(tmp_path):
     from mtnlg.cli import main
     cfg = ModelConfig(num_layers=2, hidden_size=32, num_heads=4, seq_length=64, hidden_dropout=0, attention_dropout=0)
     run = tmp_path / "run"
-    save_config(RunConfig(model=cfg), run / "config.json")
-    for step, seed in ((5, 1), (20, 2)):     # the newest step is exported
-        (run / "checkpoints" / f"step_{step}").mkdir(parents=True)
-        torch.save({"model": init_full_state(cfg, seed)}, run / "checkpoints" / f"step_{step}" / "full_state.pt")
-    assert main(["export", "--checkpoint", str(run), "--format", "hf", "--out", str(tmp_path / "hf")]) == 0
-    _, full = ex.load_hf(tmp_path / "hf")
-    assert torch.equal(full["blocks.1.mlp.fc1.weight"], init_full_state(cfg, 2)["blocks.1.mlp.fc1.weight"])
+    for step, seed in ((5, 1), (20, 2)):                     # the newest step (`latest`) is exported
+        _checkpoint(run, cfg, init_full_state(cfg, seed), step)
+    assert main(["export", "--checkpoint", str(run), "--out", str(tmp_path / "hf")]) == 0
+    cfg2, full = ex.load_hf(tmp_path / "hf")
+    want = init_full_state(cfg, 2)["blocks.1.mlp.fc1.weight"]
+    assert torch.equal(full["blocks.1.mlp.fc1.weight"], want.bfloat16().float())        # bf16 by default
     assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
     assert main(["export", "--import-hf", str(tmp_path), "--out", str(tmp_path / "r2")]) == 2
+    (run / "checkpoints" / "step00000020" / ".metadata").unlink()                    # a damaged checkpoint
+    assert main(["export", "--checkpoint", str(run / "checkpoints" / "step00000020"), "--out", str(tmp_path / "y")]) == 2

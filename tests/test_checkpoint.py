@@ -1,0 +1,194 @@
+"""Sharded, layout-free checkpoints (mtnlg.checkpoint) across real multi-process layouts.
+
+ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, the library's training path:
+TP2 x PP2 x DP2 fp32 (ZeRO-1) for 10 steps saving at 5, then resumes of its step-5 checkpoint at (1,1,1),
+(1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the checkpoint exactly,
+then trains steps 6-10, whose losses must equal the original run's within 1e-5. bf16 with dropout on at
+TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly. Megatron's dropout RNG rules at TP2. Per-rank peak host
+memory of init, save, load, evaluation load and export with a model whose full state is several times a rank's.
+Then `mtnlg train` as users run it: a kill -9 of one rank in the middle of a checkpoint write, the README's
+resume at a new layout with only the changed flags, and `mtnlg eval --tp 2` / `mtnlg export` of that run.
+"""
+import json, os, socket, subprocess, sys, random
+from pathlib import Path
+import pytest
+
+from mtnlg import data as D
+from mtnlg.train import read_metrics
+from mtnlg.checkpoint import latest_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
+
+
+def _ports(n):
+    for _ in range(200):
+        start = random.randrange(15000, 30000 - n)
+        try:
+            for q in range(start, start + n):
+                with socket.socket() as s: s.bind(("127.0.0.1", q))
+            return start
+        except OSError: continue
+    raise RuntimeError("no free ports")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, shared_data):
+    d = tmp_path_factory.mktemp("corpus")
+    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    D.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
+    return str(d / "shakespeare")
+
+
+def _train_job(name, ranks, run, layout, corpus, **kw):
+    s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": 10,
+         "save_interval": 5, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
+    s.update(kw.pop("set", {}))
+    return dict(name=name, kind="train", ranks=ranks, run=str(run), set=s, **kw)
+
+
+LAYOUTS = {"r111": (1, 1, 1), "r142": (1, 4, 2), "r214": (2, 1, 4), "r421": (4, 2, 1)}
+PARTITION = {"r421": {"parallel.partition_method": "1,3"}}    # and an uneven split of the 4 blocks
+BF16 = {"precision": "bf16", "model.hidden_dropout": 0.1, "model.attention_dropout": 0.1}
+MEMORY = {"layers": 8, "hidden": 640, "heads": 8, "vocab": 8192, "seq": 32, "micro_batch": 1, "global_batch": 4,
+          "tp": 2, "pp": 2, "dp": 2, "zero": 1, "precision": "fp32", "data": "mock"}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, corpus):
+    "The one 8-process launch; ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
+    out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
+    base = _train_job("base", [0, 8], runs / "base", (2, 2, 2), corpus)
+    resumes = {n: _train_job(n, [0, l[0] * l[1] * l[2]], runs / n, l, corpus, resume=True, verify=True,
+                             copy=[str(runs / "base"), 5], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
+    bf16 = _train_job("bf16", [4, 4], runs / "bf16", (2, 1, 2), corpus, set=BF16)
+    bf16_resume = _train_job("bf16_resume", [4, 4], runs / "bf16_resume", (2, 1, 2), corpus, set=BF16, resume=True,
+                             copy=[str(runs / "bf16"), 5])
+    dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
+                                                                       "model.attention_dropout": 0.5})
+    memory = dict(name="memory", kind="memory", ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
+    plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
+            [resumes["r111"], dropout, bf16], [bf16_resume], [memory]]
+    (out / "plan.json").write_text(json.dumps(plan))
+    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
+    port = _ports(3 + 2 * sum(map(len, plan)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "--master-port", str(port),
+           str(ROOT / "tests" / "checkpoint_worker.py"), str(out / "plan.json"), str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    res, per_rank, errors = {}, {}, []
+    for f in sorted(out.glob("*.json")):
+        if f.name == "plan.json": continue
+        d = json.loads(f.read_text())
+        if "error" in d: errors.append(d["error"])
+        elif ".r" in f.name: per_rank.setdefault(f.name.split(".")[0], []).append(d)
+        else: res[f.name.split(".")[0]] = d
+    assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
+    return res, per_rank, runs
+
+
+def _losses(run): return [r["loss"] for r in read_metrics(run)]
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_resume_at_new_layout_loads_exactly_and_trains_on(results, name):
+    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 5 losses match (1e-5)."
+    res, _, runs = results
+    assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == 5
+    base, got = _losses(runs / "base"), _losses(runs / name)
+    assert len(base) == len(got) == 10 and got[:5] == base[:5]            # the log reads as one run
+    assert got[5:] == pytest.approx(base[5:], rel=1e-5), name
+    state = json.loads((latest_checkpoint(runs / name) / "train_state.json").read_text())
+    assert [state["layout"][k] for k in ("tp", "pp", "dp")] == list(LAYOUTS[name]) and state["step"] == 10
+
+
+def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
+    "One format: the full, unpadded shapes (vocab 50257 at TP2), fp32 masters and both moments, nothing else."
+    from mtnlg.checkpoint import checkpoint_shapes
+    from mtnlg.config import load_config
+    from mtnlg.model import full_shapes
+    _, _, runs = results
+    have = checkpoint_shapes(latest_checkpoint(runs / "base"))
+    want = full_shapes(load_config("tiny").model)
+    assert have == {f"{k}/{n}": s for k in ("model", "exp_avg", "exp_avg_sq") for n, s in want.items()}
+    assert not list((runs / "base").rglob("full_state*")) and not list((runs / "base").rglob("deepspeed"))
+
+
+def test_bf16_dropout_same_layout_resume_is_bit_exact(results):
+    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 6-10 equal the uninterrupted run exactly."
+    _, _, runs = results
+    a, b = _losses(runs / "bf16"), _losses(runs / "bf16_resume")
+    assert len(a) == len(b) == 10 and b == a
+
+
+def test_dropout_follows_megatrons_rng_rules(results):
+    "Hidden-state dropout masks equal on both TP ranks; attention dropout draws from per-TP-rank streams."
+    d = results[0]["dropout"]
+    assert 0.3 < d["hidden_drop_fraction"] < 0.7
+    assert not d["hidden_masks_differ"] and not d["default_streams_differ"] and d["attention_streams_differ"]
+
+
+def test_per_rank_memory_follows_the_shard(results):
+    "Peak host memory of each rank: its own shard (or fragment) plus one block plus a fixed allowance."
+    ranks = results[1]["memory"]
+    assert len(ranks) == 8
+    for r in ranks:
+        block = r["largest_block_bytes"]
+        bounds = dict(init=r["shard_bytes"] + block, save=r["fragment_bytes"] + block,
+                      load=r["fragment_bytes"] + block, eval_load=r["shard_bytes"] + block)
+        if "export" in r: bounds["export"] = 3 * block
+        for phase, b in bounds.items():
+            assert r[phase] <= b + ALLOWANCE, (phase, r[phase], b + ALLOWANCE)
+            assert r["full_state_bytes"] > 1.5 * (b + ALLOWANCE)        # what the old full-state path held
+    assert sum("export" in r for r in ranks) == 1
+
+
+def _run(*args, env=None, timeout=600):
+    e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run([MTNLG, *map(str, args)], capture_output=True, text=True, env=e, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory, corpus):
+    "`mtnlg train` TP1 x PP2 x DP2 whose rank 1 is killed (SIGKILL) while writing the step-4 checkpoint."
+    run = tmp_path_factory.mktemp("killed") / "run"
+    p = _run("train", "--preset", "tiny", "--tp", 1, "--pp", 2, "--dp", 2, "--steps", 6, "--save-interval", 2,
+             "--seed", 1, "--data", corpus, "--out", run, "--precision", "fp32", "--no-progress",
+             env={"MTNLG_INJECT_KILL_IN_SAVE": "4:1"})
+    return run, p
+
+
+def test_kill_mid_checkpoint_write_resumes_from_the_previous_one(killed_run):
+    run, p = killed_run
+    assert p.returncode != 0 and "the job failed after step 4" in p.stderr, p.stderr[-3000:]
+    partial = run / "checkpoints" / "step00000004"
+    assert partial.is_dir() and not (partial / "COMPLETE").exists() and latest_checkpoint(run).name == "step00000002"
+    before = _losses(run)                                           # steps 1-4, logged before the kill
+    r = _run("train", "--out", run, "--resume", "--no-progress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming from" in r.stdout + r.stderr and "step00000002" in r.stdout + r.stderr
+    assert (partial / "COMPLETE").exists()                          # cleaned, then written again by the resumed run
+    after = _losses(run)
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4, 5, 6] and after[:4] == before[:4]
+    assert json.loads((run / "config.json").read_text())["seed"] == 1
+
+
+def test_readme_relayout_eval_and_export(killed_run, tmp_path):
+    "The README's resume at a new layout with only the changed flags, then `mtnlg eval --tp 2` and `mtnlg export`."
+    run, _ = killed_run
+    assert latest_checkpoint(run).name == "step00000006"
+    r = _run("train", "--out", run, "--steps", 8, "--tp", 2, "--pp", 1, "--dp", 2, "--resume", "--no-progress")
+    assert r.returncode == 0 and "would change the run" not in r.stderr, r.stderr[-3000:]
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["seed"], cfg["steps"], cfg["parallel"]["tp"], cfg["parallel"]["pp"]) == (1, 8, 2, 1)
+    assert [m["step"] for m in read_metrics(run)] == list(range(1, 9))
+    hf = tmp_path / "hf"
+    assert _run("export", "--checkpoint", run, "--out", hf, "--dtype", "fp32").returncode == 0
+    r = _run("eval", "--checkpoint", run, "--tp", 2, "--pp", 2, "--tasks", "lambada", "--shots", 0, "--limit", 4,
+             "--data", ROOT.parent / "shared" / "data" / "eval", "--json", "--out", tmp_path / "e2",
+             env={"DS_ACCELERATOR": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    r1 = _run("eval", "--hf-model", hf, "--tasks", "lambada", "--shots", 0, "--limit", 4,
+              "--data", ROOT.parent / "shared" / "data" / "eval", "--json", "--out", tmp_path / "e1")
+    assert r1.returncode == 0, r1.stderr[-3000:]
+    assert json.loads(r.stdout) == json.loads(r1.stdout)         # TP2 x PP2 from the checkpoint = its HF export
