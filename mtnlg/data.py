@@ -138,7 +138,7 @@ PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Gi
 class Source:
     "One named text source to curate and blend."
     name: str                     # short name, used for output files and the blend
-    path: str                     # jsonl(.gz/.zst)/parquet file, text file, folder, or HF `save_to_disk` folder
+    path: str                     # jsonl(.gz/.zst)/parquet/WARC file, text file, folder, or HF `save_to_disk` folder
     text_key: str = "text"        # jsonl / parquet / HF field holding the text
     glob: str = "**/*"            # files taken from a folder
     max_docs: int = 0             # stop after this many documents (0: all)
@@ -262,10 +262,31 @@ def _split_items(items, how):
                 line += piece.count("\n") + (how == "line")
         else: yield where, text
 
+def _read_warc(path, on_error, skips):
+    "Text of every HTML response of a WARC file (.warc / .warc.gz), extracted with inscriptis (a crawl's view)."
+    from warcio.archiveiterator import ArchiveIterator
+    from inscriptis import get_text
+    try:
+        with open(path, "rb") as f:
+            for i, rec in enumerate(ArchiveIterator(f)):
+                ctype = (rec.http_headers.get_header("Content-Type") or "") if rec.http_headers else ""
+                if rec.rec_type != "response" or "html" not in ctype.lower(): continue
+                raw, where = rec.content_stream().read(), f"{path}[{i}]"
+                m = re.search(r"charset=([\w-]+)", ctype)
+                try: html = raw.decode(m.group(1) if m else "utf-8")
+                except (UnicodeDecodeError, LookupError):
+                    _bad("non_utf8", where, f"the page is not {m.group(1) if m else 'UTF-8'}", on_error, skips)
+                    if on_error != "replace": continue
+                    html = raw.decode("utf-8", errors="replace")
+                yield where, get_text(html)
+    except DataError: raise
+    except Exception as e: raise _unreadable(path, e) from None     # warcio fails in many ways on a cut file
+
 def _read_file(f, src, on_error, skips):
-    "(where, text) of one file of `src`: jsonl (optionally one Pile subset), parquet, or plain text."
+    "(where, text) of one file of `src`: jsonl (optionally one Pile subset), parquet, WARC, or plain text."
     if _is_jsonl(f): return _read_jsonl(f, src.text_key, on_error, skips, src.pile_set)
     if str(f).endswith(".parquet"): return _read_parquet(f, src.text_key)
+    if str(f).endswith((".warc", ".warc.gz")): return _read_warc(f, on_error, skips)
     return _read_text_file(f, on_error, skips)
 
 def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None) -> Iterator[dict]:

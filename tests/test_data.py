@@ -414,3 +414,28 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, shar
     rep, loc = json.loads((out / "report.json").read_text()), planted["rep"]
     assert {k: {c: v for c, v in d.items() if c not in ("path", "prefix")} for k, d in rep["sources"].items()} == \
            {k: {c: v for c, v in d.items() if c not in ("path", "prefix")} for k, d in loc["sources"].items()}
+
+
+def test_warc_text_extraction(tmp_path, shared_data):
+    "HTML responses of a WARC file become documents, their text extracted by inscriptis; other records are skipped."
+    import io, re as _re
+    from warcio.warcwriter import WARCWriter
+    from warcio.statusandheaders import StatusAndHeaders
+    bodies = _re.findall(r'Body="([^"]*)"', (shared_data / "corpus/stackexchange/beer/Posts.xml").read_text())[:3]
+    import html as _h
+    pages = [f"<html><head><script>var x = 1;</script></head><body><nav>Home | Tags</nav>{_h.unescape(b)}</body></html>"
+             for b in bodies]
+    p = tmp_path / "crawl.warc.gz"
+    with open(p, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for i, page in enumerate(pages):
+            hd = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.0")
+            w.write_record(w.create_warc_record(f"https://beer.stackexchange.com/q/{i}", "response",
+                                                payload=io.BytesIO(page.encode()), http_headers=hd))
+        hd = StatusAndHeaders("200 OK", [("Content-Type", "image/png")], protocol="HTTP/1.0")
+        w.write_record(w.create_warc_record("https://x/y.png", "response", payload=io.BytesIO(b"\x89PNG"), http_headers=hd))
+    docs = list(D.read_documents(D.Source("cc", str(p))))
+    assert len(docs) == 3 and all("<" not in d["text"] and "var x" not in d["text"] for d in docs)
+    assert docs[0]["text"].startswith("Home | Tags") and D.html_to_text(pages[0]).split()[3] in docs[0]["text"]
+    (tmp_path / "cut.warc.gz").write_bytes(p.read_bytes()[:100])
+    with pytest.raises(D.DataError, match="cut.warc.gz: cannot read"): list(D.read_documents(D.Source("c", str(tmp_path / "cut.warc.gz"))))
