@@ -28,36 +28,35 @@ def worker(a):
     root = Path(a.dir)
     state = dict(step=1, consumed_samples=4, tokens=0, skipped=0)
 
-    def timed(fn):
+    def io():
+        "(bytes this process has written, read) through system calls so far."
+        d = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+        return int(d["wchar"]), int(d["rchar"])
+
+    def timed(name, fn):
         dist.barrier()
-        t0 = time.perf_counter()
+        (w0, r0), t0 = io(), time.perf_counter()
         fn()
-        dt = torch.tensor([time.perf_counter() - t0])
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)                    # the step waits for the slowest rank
-        return dt.item()
+        dt, (w1, r1) = time.perf_counter() - t0, io()
+        b = (w1 - w0) if name.endswith("save") else (r1 - r0)
+        t = torch.tensor([dt, float(b), float(b)], dtype=torch.float64)
+        mx, tot = t.clone(), t.clone()
+        dist.all_reduce(mx, op=dist.ReduceOp.MAX)                    # the step waits for the slowest rank
+        dist.all_reduce(tot)
+        io_bytes.setdefault(name, (int(tot[1].item()), int(mx[2].item())))
+        return mx[0].item()
+    io_bytes = {}
     rows = {k: [] for k in ("mtnlg_save", "mtnlg_load", "deepspeed_save", "deepspeed_load")}
     for i in range(a.repeat):
         ours, ds = root / f"ours{i}", root / f"ds{i}"
         ck = []
-        rows["mtnlg_save"].append(timed(lambda: ck.append(save_checkpoint(engine, topo, cfg, ours, state))))
-        rows["deepspeed_save"].append(timed(lambda: engine.save_checkpoint(str(ds), tag="t", save_latest=False)))
-        rows["mtnlg_load"].append(timed(lambda: load_checkpoint(engine, topo, cfg, ck[0], dict(state, layout=None))))
-        rows["deepspeed_load"].append(timed(lambda: engine.load_checkpoint(str(ds), tag="t",
+        rows["mtnlg_save"].append(timed("mtnlg_save", lambda: ck.append(save_checkpoint(engine, topo, cfg, ours, state))))
+        rows["deepspeed_save"].append(timed("deepspeed_save", lambda: engine.save_checkpoint(str(ds), tag="t", save_latest=False)))
+        rows["mtnlg_load"].append(timed("mtnlg_load", lambda: load_checkpoint(engine, topo, cfg, ck[0], dict(state, layout=None))))
+        rows["deepspeed_load"].append(timed("deepspeed_load", lambda: engine.load_checkpoint(str(ds), tag="t",
                                                                            load_lr_scheduler_states=False)))
-    if topo.rank == 0: Path(a.result).write_text(json.dumps(rows))
+    if topo.rank == 0: Path(a.result).write_text(json.dumps(dict(seconds=rows, io=io_bytes)))
     shutdown()
-
-
-def _bytes(folder: Path) -> tuple[int, int]:
-    "(bytes of all files, bytes of the largest single rank's files: DCP __R_0.distcp / DeepSpeed's per-rank files)."
-    files = [f for f in folder.rglob("*") if f.is_file()]
-    total = sum(f.stat().st_size for f in files)
-    per_rank = {}
-    for f in files:
-        n = f.name
-        key = n.split("_")[1] if n.startswith("__") else n.split("rank_")[-1].split("_")[0] if "rank_" in n else n
-        per_rank[key] = per_rank.get(key, 0) + f.stat().st_size
-    return total, max(per_rank.values())
 
 
 def main():
@@ -84,24 +83,29 @@ def main():
            __file__, "--worker", "--dir", str(d), "--result", str(d / "r.json"), *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    rows = json.loads((d / "r.json").read_text())
+    got = json.loads((d / "r.json").read_text())
+    rows, io = got["seconds"], got["io"]
     med = {k: statistics.median(v) for k, v in rows.items()}
-    ours, ds = _bytes(d / "ours0" / "checkpoints"), _bytes(d / "ds0")
+    on_disk = {k: sum(f.stat().st_size for f in (d / f).rglob("*") if f.is_file()) for k, f in
+               (("mtnlg", "ours0/checkpoints"), ("deepspeed", "ds0"))}
     from mtnlg.config import load_config
     from mtnlg.plan import checkpoint_cost, param_counts
     params = param_counts(load_config("tiny", overrides={"layers": a.layers, "hidden": a.hidden, "heads": 8,
                                                          "vocab": a.vocab, "seq": 32}).model)["total_unpadded"]
     big = checkpoint_cost(load_config("mtnlg-530b"), fs_gb_per_s=100)
     out = dict(layout=f"TP{a.tp} x PP{a.pp} x DP{a.dp}", precision=a.precision, params=params, seconds=med,
-               raw=rows, bytes=dict(mtnlg=ours, deepspeed=ds),
+               raw=rows, on_disk=on_disk, io=io,
                ratio=dict(save=med["deepspeed_save"] / med["mtnlg_save"], load=med["deepspeed_load"] / med["mtnlg_load"],
-                          bytes=ds[0] / ours[0], busiest_rank_bytes=ds[1] / ours[1]),
+                          bytes_on_disk=on_disk["deepspeed"] / on_disk["mtnlg"],
+                          busiest_rank_write=io["deepspeed_save"][1] / io["mtnlg_save"][1],
+                          busiest_rank_read=io["deepspeed_load"][1] / io["mtnlg_load"][1]),
                planner_530b=big)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"{out['layout']} {a.precision}, {params / 1e6:.1f}M parameters, median of {a.repeat}:")
-    print(f"{'':10} {'save s':>8} {'load s':>8} {'bytes':>12} {'busiest rank':>13}")
+    print(f"{'':10} {'save s':>8} {'load s':>8} {'on disk':>12} {'rank writes':>12} {'rank reads':>12} (busiest rank)")
     for k in ("mtnlg", "deepspeed"):
-        print(f"{k:10} {med[k + '_save']:8.3f} {med[k + '_load']:8.3f} {out['bytes'][k][0]:12,} {out['bytes'][k][1]:13,}")
+        print(f"{k:10} {med[k + '_save']:8.3f} {med[k + '_load']:8.3f} {on_disk[k]:12,} {io[k + '_save'][1]:12,} "
+              f"{io[k + '_load'][1]:12,}")
     print("DeepSpeed / mtnlg: " + ", ".join(f"{k} {v:.2f}x" for k, v in out["ratio"].items()))
     print(f"530B (planner): {big['total_bytes'] / 1e12:.2f} TB stored ({big['deepspeed_format_bytes'] / 1e12:.2f} TB in "
           f"DeepSpeed's format), {big['per_rank_bytes'] / 1e9:.2f} GB per rank, {big['per_host_bytes'] / 1e9:.1f} GB per "
