@@ -517,7 +517,7 @@ class MtnlgLM(TemplateLM):
         super().__init__()
         from mtnlg.data import get_tokenizer
         self.scorer, self.tok = scorer, tokenizer or get_tokenizer("gpt2")
-        self.generator = generator                           # a `mtnlg.generate.Generator` (KV-cached), optional
+        self.generator = generator                           # a `mtnlg.generate.Generator`, or a function making one
         self.examples = 0                                    # requests scored (for throughput)
 
     @property
@@ -547,7 +547,8 @@ class MtnlgLM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         "Continuations cut at the first stop string: `mtnlg.generate` when given, else greedy through the scorer."
         if self.generator is not None:
-            from mtnlg.generate import generate_until
+            from mtnlg.generate import generate_until, Generator
+            if not isinstance(self.generator, Generator): self.generator = self.generator()   # made on first use
             return generate_until(self.generator, [r.args for r in requests])
         out = []
         for ctx, kw in [r.args for r in requests]:
@@ -676,7 +677,7 @@ def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, to
 
 def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None, seed: int = 1234,
              tokenizer=None, log: Callable | None = print, write: bool = True, model: dict | None = None,
-             keep_loglikelihoods: bool = False) -> list[dict]:
+             keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
     "Results (one dict per task x shots) of a `TokenScorer` or lm-eval `LM`; stored in `out_dir`, reused when all matches."
     # model: what produced the scores (`checkpoint_identity` / `hf_identity`); without it nothing stored is reused
     from lm_eval.api.model import LM
@@ -685,7 +686,7 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
     names, ks = parse_tasks(tasks, data, log), parse_shots(shots)
     for name in names: task_source(name, data)            # every file present before any work
     tokenizer = tokenizer or getattr(scorer, "tok", None) or get_tokenizer("gpt2")
-    lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer)
+    lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)   # generator: generative tasks
     results = []
     for name in names:
         for k in ks:
@@ -891,9 +892,11 @@ def _cli_run(args) -> int:
         if parallel and not rank0: follow_forwards(scorer); res = None     # every forward rank 0 starts, until it stops
         else:
             if parallel: lead_forwards(scorer)
+            from mtnlg.generate import load_generator                     # KV-cached decoding for generative tasks
+            gen = None if parallel else lambda: load_generator(args.hf_model or args.checkpoint, precision=args.precision)
             try: res = evaluate(scorer, names, ks, args.limit, out, args.data, args.seed, tokenizer=tok,
                                 log=print if not args.json else None, model=model,
-                                keep_loglikelihoods=args.log_samples)
+                                keep_loglikelihoods=args.log_samples, generator=gen)
             finally:
                 if parallel: stop_followers(scorer)
     if rank0: _print_results(res, args, out)

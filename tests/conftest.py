@@ -16,6 +16,18 @@ def run_notebook_tests(nb_path, timeout=1200):
     p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode == 0, p.stdout + p.stderr
 
+def free_port_block(n: int) -> int:
+    "First of `n` consecutive free ports below the ephemeral range (where a launch's own client sockets land)."
+    import random, socket
+    for _ in range(200):
+        start = random.randrange(15000, 30000 - n)
+        try:
+            for q in range(start, start + n):
+                with socket.socket() as s: s.bind(("127.0.0.1", q))
+            return start
+        except OSError: continue
+    raise RuntimeError(f"no {n} consecutive free ports in 15000-30000")
+
 @pytest.fixture(scope="session")
 def shared_data():
     "Path to ../shared/data (real corpora and evaluation sets)."

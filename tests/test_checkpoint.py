@@ -9,28 +9,18 @@ memory of init, save, load, evaluation load and export with a model whose full s
 Then `mtnlg train` as users run it: a kill -9 of one rank in the middle of a checkpoint write, the README's
 resume at a new layout with only the changed flags, and `mtnlg eval --tp 2` / `mtnlg export` of that run.
 """
-import json, os, socket, subprocess, sys, random
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 
 from mtnlg import data as D
 from mtnlg.train import read_metrics
 from mtnlg.checkpoint import latest_checkpoint
+from conftest import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
-
-
-def _ports(n):
-    for _ in range(200):
-        start = random.randrange(15000, 30000 - n)
-        try:
-            for q in range(start, start + n):
-                with socket.socket() as s: s.bind(("127.0.0.1", q))
-            return start
-        except OSError: continue
-    raise RuntimeError("no free ports")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +62,7 @@ def results(tmp_path_factory, corpus):
             [resumes["r111"], dropout, bf16], [bf16_resume], [memory]]
     (out / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
-    port = _ports(3 + 2 * sum(map(len, plan)))
+    port = free_port_block(3 + 2 * sum(map(len, plan)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "--master-port", str(port),
            str(ROOT / "tests" / "checkpoint_worker.py"), str(out / "plan.json"), str(out)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

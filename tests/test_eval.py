@@ -268,6 +268,17 @@ def test_generate_until_greedy_with_stop(tiny_lm, tok):
     ids = tiny_lm.scorer.greedy_generate([tok.tokenize("Once upon a time")], 6)[0]
     assert "\n" not in text and tok.detokenize(ids).startswith(text)
 
+def test_generate_until_through_mtnlg_generate(hf_dir, tok):
+    "Given a generator (or a function making one, as `mtnlg eval` passes), generative tasks decode with mtnlg.generate."
+    from lm_eval.api.instance import Instance
+    from mtnlg import generate as G
+    made = []
+    lm = ev.MtnlgLM(ev.hf_scorer(hf_dir), tok, generator=lambda: made.append(1) or G.load_generator(hf_dir))
+    args = [("Once upon a time", {"until": ["\n"], "max_gen_toks": 6}), ("The king", {"until": ["."], "max_gen_toks": 5})]
+    got = lm.generate_until([Instance("generate_until", {}, a, i) for i, a in enumerate(args)])
+    got += lm.generate_until([Instance("generate_until", {}, args[0], 0)])
+    assert made == [1] and got == G.generate_until(G.load_generator(hf_dir), args + args[:1])
+
 def test_rerun_of_a_run_reuses_its_results(run_dir, data):
     "The default results folder lies inside the checkpoint folder; writing it must not change the fingerprint."
     flags = ["--checkpoint", run_dir, "--tasks", "piqa", "--shots", "0", "--limit", "5", "--data", data]

@@ -11,6 +11,7 @@ bf16 tolerance (documented): loss within 1e-3 relative, gradient norm within 3e-
 import json, os, socket, subprocess, sys
 from pathlib import Path
 import pytest
+from conftest import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 FP32_RTOL, BF16_LOSS_RTOL, BF16_NORM_RTOL = 1e-5, 1e-3, 3e-2
@@ -39,19 +40,6 @@ def _free_port():
         s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 
-def _free_port_block(n):
-    "First of `n` consecutive free ports below the ephemeral range (where the launch's own client sockets land)."
-    import random
-    for _ in range(200):
-        start = random.randrange(15000, 30000 - n)
-        try:
-            for q in range(start, start + n):
-                with socket.socket() as s: s.bind(("127.0.0.1", q))
-            return start
-        except OSError: continue
-    raise RuntimeError(f"no {n} consecutive free ports in 15000-30000")
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     "Run the one 8-process launch; {job name: result dict}."
@@ -60,7 +48,7 @@ def results(tmp_path_factory):
              for n, first, size, s, _ in phase] for phase in PLAN]
     (out / "plan.json").write_text(json.dumps(plan))
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
-    port = _free_port_block(1 + sum(map(len, PLAN)))   # the worker's sub-worlds use the ports after this one
+    port = free_port_block(1 + sum(map(len, PLAN)))   # the worker's sub-worlds use the ports after this one
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "--master-port", str(port),
            str(ROOT / "tests" / "parallel_worker.py"), str(out / "plan.json"), str(out)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
