@@ -641,7 +641,8 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     with patch.object(lm_eval.evaluator, "add_env_info", lambda r: None), \
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", _no_bar), patch.object(lm_eval.api.task, "tqdm", _no_bar):
-        # no `pip list`, `git` or progress bars on every call
+        # lm-eval 0.4.13 runs `pip list` and `git` and draws progress bars on every call; its evaluator has no switch
+        # for them, so these module attributes are swapped for the call only (check them when upgrading lm-eval)
         out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
                                       task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
