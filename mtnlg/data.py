@@ -603,10 +603,10 @@ def indexed_paths(prefix) -> tuple[Path, Path]:
 def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: int = 2, batch_docs: int = 32,
                         text_key: str = "text", append_eod: bool = True, on_error: str = "error", log=print) -> dict:
     "Tokenize the documents of `inputs` (paths or `Source`s) into `out_prefix.bin/.idx`; returns counts and tokens/s."
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
     srcs = [i if isinstance(i, Source) else Source(Path(str(i)).name.split(".")[0] or "input", str(i), text_key=text_key)
             for i in ([inputs] if isinstance(inputs, (str, Path, Source)) else inputs)]
     for s in srcs: s.validate()
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder   # after the checks: seconds to import
     tk = get_tokenizer(tokenizer)
     dtype = np.uint16 if tk.vocab_size < 65_500 else np.int32
     binp, idxp = indexed_paths(out_prefix); binp.parent.mkdir(parents=True, exist_ok=True)
