@@ -755,10 +755,11 @@ def make_blend(prefixes: dict[str, str], out, weights="paper", budget: float = 2
 # %% ../nbs/05_data.ipynb #c69fe0ab
 def plot_blend(df, path=None, title="Blend composition"):
     "Seaborn bar charts of a `blend_table`: sampling weight and epochs per source; saved to `path` if given."
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt, seaborn as sns
+    import seaborn as sns
+    from matplotlib.figure import Figure                     # no pyplot: the caller's backend stays as it is
     d = df.reset_index().sort_values("weight", ascending=False)
-    fig, ax = plt.subplots(1, 2, figsize=(11, 0.35 * len(d) + 1.5), sharey=True)
+    fig = Figure(figsize=(11, 0.35 * len(d) + 1.5))
+    ax = fig.subplots(1, 2, sharey=True)
     sns.barplot(data=d, y="dataset", x="weight", ax=ax[0], color="tab:blue"); ax[0].set_xlabel("sampling weight")
     if d.epochs.notna().any():
         sns.barplot(data=d, y="dataset", x="epochs", ax=ax[1], color="tab:orange"); ax[1].set_xlabel("epochs over the budget")
