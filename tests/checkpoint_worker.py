@@ -37,7 +37,7 @@ def _copy(job, out):
 def verify_loaded(cfg, run, out):
     "Load the run's latest checkpoint at this layout; compare every fragment with the checkpoint's full tensors."
     from mtnlg.train import _build
-    from mtnlg.checkpoint import engine_state, read_tensors, latest_checkpoint, ADAM_KEYS
+    from mtnlg.checkpoint import engine_state, ADAM_KEYS
     topo = init_distributed(cfg.parallel, timeout_s=120, run_cfg=cfg)
     *_, engine, state, ck = _build(cfg, Path(run), True, topo)
     mine = engine_state(engine, cfg, ("model",) + ADAM_KEYS, saving=False)
@@ -61,7 +61,7 @@ def verify_loaded(cfg, run, out):
 
 
 def run_train(job, out):
-    from mtnlg.train import train, read_metrics
+    from mtnlg.train import train
     cfg = load_config("tiny", overrides=job["set"])
     if job.get("verify"):
         verify_loaded(cfg, job["run"], out)
@@ -137,10 +137,10 @@ def run_memory(job, out):
     frag = engine_state(engine, cfg, ("model",) + ADAM_KEYS, saving=True)
     out["fragment_bytes"] = sum(t.numel() * 4 for p in frag.values() for _, _, t in p.rects)
     out["shard_bytes"] = sum(p.numel() * 4 for p in engine.module.parameters())
-    del engine, module
+    engine = module = None                                # free the first engine before the second
     new = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True))
     _, out["load"] = _measure(lambda: load_checkpoint(new, topo, cfg, ck, dict(state, layout=None)))
-    del new
+    new = None
     _, out["eval_load"] = _measure(lambda: load_weights(build_pipeline(cfg, topo), ck, cfg.model))
     shapes = full_shapes(cfg.model)
     out["largest_tensor_bytes"] = max(4 * torch.Size(s).numel() for s in shapes.values())

@@ -6,8 +6,8 @@ TP2 x PP2 x DP2 fp32 (ZeRO-1) for 10 steps saving at 5, then resumes of its step
 then trains steps 6-10, whose losses must equal the original run's within 1e-5. bf16 with dropout on at
 TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly. Megatron's dropout RNG rules at TP2. Per-rank peak host
 memory of init, save, load, evaluation load and export with a model whose full state is several times a rank's.
-Then `mtnlg train` as users run it: a kill -9 of one rank in the middle of a checkpoint write, the README's
-resume at a new layout with only the changed flags, and `mtnlg eval --tp 2` / `mtnlg export` of that run.
+`mtnlg train` as users run it (a SIGKILL of one rank while it writes a checkpoint, the README's resume at a new
+layout, then `mtnlg eval --tp 2` and `mtnlg export` of that run) is in tests/test_train.py, on its shared runs.
 """
 import json, os, subprocess, sys
 from pathlib import Path
@@ -19,7 +19,6 @@ from mtnlg.checkpoint import latest_checkpoint
 from conftest import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
-MTNLG = str(Path(sys.executable).parent / "mtnlg")
 ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
 
 
@@ -131,54 +130,3 @@ def test_per_rank_memory_follows_the_shard(results):
             assert r[phase] <= b + ALLOWANCE, (phase, r[phase], b + ALLOWANCE)
             assert r["full_state_bytes"] > 1.5 * (b + ALLOWANCE)        # what the old full-state path held
     assert sum("export" in r for r in ranks) == 1
-
-
-def _run(*args, env=None, timeout=600):
-    e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([MTNLG, *map(str, args)], capture_output=True, text=True, env=e, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def killed_run(tmp_path_factory, corpus):
-    "`mtnlg train` TP1 x PP2 x DP2 whose rank 1 is killed (SIGKILL) while writing the step-4 checkpoint."
-    run = tmp_path_factory.mktemp("killed") / "run"
-    p = _run("train", "--preset", "tiny", "--tp", 1, "--pp", 2, "--dp", 2, "--steps", 6, "--save-interval", 2,
-             "--seed", 1, "--data", corpus, "--out", run, "--precision", "fp32", "--no-progress",
-             env={"MTNLG_INJECT_KILL_IN_SAVE": "4:1"})
-    return run, p
-
-
-def test_kill_mid_checkpoint_write_resumes_from_the_previous_one(killed_run):
-    run, p = killed_run
-    assert p.returncode != 0 and "the job failed after step 4" in p.stderr, p.stderr[-3000:]
-    partial = run / "checkpoints" / "step00000004"
-    assert partial.is_dir() and not (partial / "COMPLETE").exists() and latest_checkpoint(run).name == "step00000002"
-    before = _losses(run)                                           # steps 1-4, logged before the kill
-    r = _run("train", "--out", run, "--resume", "--no-progress")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "resuming from" in r.stdout + r.stderr and "step00000002" in r.stdout + r.stderr
-    assert (partial / "COMPLETE").exists()                          # cleaned, then written again by the resumed run
-    after = _losses(run)
-    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3, 4, 5, 6] and after[:4] == before[:4]
-    assert json.loads((run / "config.json").read_text())["seed"] == 1
-
-
-def test_readme_relayout_eval_and_export(killed_run, tmp_path):
-    "The README's resume at a new layout with only the changed flags, then `mtnlg eval --tp 2` and `mtnlg export`."
-    run, _ = killed_run
-    assert latest_checkpoint(run).name == "step00000006"
-    r = _run("train", "--out", run, "--steps", 8, "--tp", 2, "--pp", 1, "--dp", 2, "--resume", "--no-progress")
-    assert r.returncode == 0 and "would change the run" not in r.stderr, r.stderr[-3000:]
-    cfg = json.loads((run / "config.json").read_text())
-    assert (cfg["seed"], cfg["steps"], cfg["parallel"]["tp"], cfg["parallel"]["pp"]) == (1, 8, 2, 1)
-    assert [m["step"] for m in read_metrics(run)] == list(range(1, 9))
-    hf = tmp_path / "hf"
-    assert _run("export", "--checkpoint", run, "--out", hf, "--dtype", "fp32").returncode == 0
-    r = _run("eval", "--checkpoint", run, "--tp", 2, "--pp", 2, "--tasks", "lambada", "--shots", 0, "--limit", 4,
-             "--data", ROOT.parent / "shared" / "data" / "eval", "--json", "--out", tmp_path / "e2",
-             env={"DS_ACCELERATOR": "cpu"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    r1 = _run("eval", "--hf-model", hf, "--tasks", "lambada", "--shots", 0, "--limit", 4,
-              "--data", ROOT.parent / "shared" / "data" / "eval", "--json", "--out", tmp_path / "e1")
-    assert r1.returncode == 0, r1.stderr[-3000:]
-    assert json.loads(r.stdout) == json.loads(r1.stdout)         # TP2 x PP2 from the checkpoint = its HF export
