@@ -161,7 +161,8 @@ def fresh_venv(wheel):
         cons = venv / "constraints.txt"
         cons.write_text("\n".join(l for l in (ROOT / "environments/cpu.txt").read_text().splitlines()
                                   if not l.startswith(("setuptools==", "wheel=="))))
-        _run([py, "-m", "pip", "install", "-q", "-c", cons, wheel], timeout=1500)
+        subprocess.run([py, "-m", "pip", "uninstall", "-q", "-y", "mtnlg"], capture_output=True)   # else pip keeps the
+        _run([py, "-m", "pip", "install", "-q", "-c", cons, wheel], timeout=1500)     # old metadata (same version)
         extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
         if extra: _run([py, "-m", "pip", "uninstall", "-q", "-y", *extra])
         _run([py, "-m", "pip", "check"], cwd=venv)
