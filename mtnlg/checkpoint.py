@@ -256,18 +256,18 @@ def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=
     return d
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000021
-def checkpoint_shapes(ck) -> dict[str, tuple]:
-    "{'key/name': full shape} of every tensor stored in checkpoint folder `ck`."
+def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
+    "{'key/name': full shape} of every tensor stored in checkpoint folder `ck` (`reader`: one that loads it next)."
     ck = Path(ck)
     if not (ck / "COMPLETE").exists() or not (ck / ".metadata").exists():
         raise ConfigError(f"{ck} is not a complete checkpoint (no COMPLETE or .metadata: a partial write); "
                           f"use another step or the run's checkpoints/latest")
-    md = FileSystemReader(ck).read_metadata().state_dict_metadata
+    md = (reader or FileSystemReader(ck)).read_metadata().state_dict_metadata
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
-def check_checkpoint(ck, cfg: ModelConfig) -> bool:
+def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
     "Raise `ConfigError` unless `ck` holds every tensor of model `cfg` in its shape; True if it has Adam moments."
-    have = checkpoint_shapes(ck)
+    have = checkpoint_shapes(ck, reader)
     for name, shape in full_shapes(cfg).items():
         got = have.get(f"model/{name}")
         if got is None:
@@ -282,10 +282,11 @@ def check_checkpoint(ck, cfg: ModelConfig) -> bool:
 def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
     "Load checkpoint folder `ck` (any layout) into this rank's engine; `state` is its train_state.json."
     from mtnlg.topology import seed_all
-    moments = check_checkpoint(ck, cfg.model)
+    reader = _Reader(ck)                                          # `.metadata` read once: checked, then loaded
+    moments = check_checkpoint(ck, cfg.model, reader)
     if moments: _init_adam_state(engine, state["step"] - state["skipped"])
     sd = engine_state(engine, cfg, ("model",) + (ADAM_KEYS if moments else ()), saving=False)
-    dcp.load(sd, storage_reader=FileSystemReader(ck), planner=_LoadPlanner(), no_dist=True)
+    dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
     if hasattr(engine.optimizer, "update_lp_params"): engine.optimizer.update_lp_params()
     engine.global_steps, engine.skipped_steps = state["step"], state["skipped"]
     old = state.get("layout") or {}
@@ -299,10 +300,9 @@ def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
 def load_weights(module, ck, cfg: ModelConfig):
     "Copy this rank's slices of the master weights in checkpoint `ck` into the model pieces in `module`."
     from megatron.core import parallel_state as ps
-    from mtnlg.model import full_named_parameters
-    check_checkpoint(ck, cfg)
-    tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     shapes, reader = full_shapes(cfg), _Reader(ck)
+    check_checkpoint(ck, cfg, reader)
+    tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     for m in module.modules():
         prefix = getattr(m, "full_prefix", None)
         if prefix is None: continue

@@ -4,14 +4,13 @@
 
 # %% ../nbs/06_train.ipynb #0a653ed9
 from __future__ import annotations
-import dataclasses, json, math, os, random, shutil, subprocess, sys, time
+import dataclasses, json, math, os, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 from .config import (RunConfig, OptimConfig, ConfigError, load_config, save_config, to_dict, add_config_args,
                           config_from_args, atomic_write_text)
-from .checkpoint import (latest_checkpoint, save_checkpoint, load_checkpoint, check_checkpoint, clean_partial,
-                              step_tag)
+from .checkpoint import latest_checkpoint, save_checkpoint, load_checkpoint, check_checkpoint, clean_partial
 
 # %% auto #0
 __all__ = ['RESUMABLE_CHANGES', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices', 'collate', 'batches',
