@@ -172,7 +172,8 @@ def fresh_venv(wheel):
 
 def _venv_env(venv):
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "RANK", "WORLD_SIZE",
-                                                             "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+                                                             "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                                             "PYTHONWARNINGS", "MTNLG_VERBOSE")}   # as a fresh shell
     env["PATH"] = f"{venv / 'bin'}:" + ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
     return dict(env, OMP_NUM_THREADS="1")
 
