@@ -17,9 +17,9 @@ from .data import (DataError, Source, QualityClassifier, read_documents, clean_t
 
 # %% auto #0
 __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 'ReadSources', 'CleanDocuments',
-           'DedupSignatures', 'DedupBuckets', 'DedupCluster', 'ReadCleaned', 'DedupFilter', 'QualityFilter',
-           'Decontaminate', 'TokenizeShards', 'MergeSources', 'load_stats', 'stage_table', 'Report', 'stages',
-           'run_local', 'SlurmStage', 'run_slurm', 'curate_run', 'planted_corpus']
+           'DedupSignatures', 'DedupBuckets', 'DedupCluster', 'dedup_decisions', 'ReadCleaned', 'DedupFilter',
+           'QualityFilter', 'Decontaminate', 'TokenizeShards', 'MergeSources', 'load_stats', 'stage_table', 'Report',
+           'stages', 'run_local', 'SlurmStage', 'run_slurm', 'curate_run', 'planted_corpus']
 
 # %% ../nbs/05b_curation.ipynb #2502f9bc
 @dataclass
@@ -127,6 +127,7 @@ class CurationStep(PipelineStep):
         self.run_desc = run
         self.counts = collections.defaultdict(collections.Counter)
         self.cpu = 0.0
+        self.held = {}                  # what the task held at most (rows, marks): saved with the stats
 
     @property
     def root(self) -> Path: return self.run_desc.path
@@ -150,7 +151,7 @@ class CurationStep(PipelineStep):
     def save_stats(self, rank: int):
         "Write this step's counters for `rank` atomically."
         d = {"step": self.name, "rank": rank, "cpu_s": round(self.cpu, 4),
-             "sources": {k: dict(v) for k, v in self.counts.items()}}
+             "sources": {k: dict(v) for k, v in self.counts.items()}, "held": self.held}
         atomic_write_text(self.root / "stats" / self.name / f"{rank:05d}.json", json.dumps(d))
 
 def _fault(stage: str, rank: int, root: Path):
@@ -278,101 +279,145 @@ def _groups(sort_cols: list[np.ndarray], keys: np.ndarray) -> list[np.ndarray]:
     ks = keys[order]
     return [ks[a:b] for a, b in zip(starts, ends) if b - a > 1]
 
+def _shard_of(keys, tasks: int):
+    "The stage-1 task (shard) that read each document key: units are dealt round-robin."
+    return (keys >> _KEY_SHIFT) % tasks
+
+class _Signatures:
+    "MinHash rows and ids of documents by key, read on demand from the shards' signature files (memory-mapped)."
+    def __init__(self, sig: Path, tasks: int, max_open: int = 64):
+        self.sig, self.tasks, self.max_open, self.open = sig, tasks, max_open, {}
+
+    def _shard(self, r: int):
+        "(keys, MinHash rows) of shard `r`, both memory-mapped; at most `max_open` shards open at once."
+        if r not in self.open:
+            if len(self.open) >= self.max_open: self.open.pop(next(iter(self.open)))
+            b = self.sig / f"{r:05d}"
+            self.open[r] = (np.load(f"{b}.keys.npy", mmap_mode="r"), np.load(f"{b}.mh.npy", mmap_mode="r"))
+        return self.open[r]
+
+    def rows(self, keys: np.ndarray) -> np.ndarray:
+        "The MinHash rows of document `keys` (any order, any shards)."
+        keys = np.asarray(keys, dtype=np.int64)
+        shard = _shard_of(keys, self.tasks)
+        out = None
+        for r in np.unique(shard):
+            sel = shard == r
+            ks, mh = self._shard(int(r))
+            if out is None: out = np.empty((len(keys), mh.shape[1]), np.uint64)
+            out[sel] = mh[np.searchsorted(ks, keys[sel])]
+        return out
+
+    def ids(self, keys) -> dict:
+        "{key: document id} of `keys`, reading one shard's ids at a time."
+        keys = np.asarray(keys, dtype=np.int64)
+        shard, res = _shard_of(keys, self.tasks), {}
+        for r in np.unique(shard):
+            ids = json.loads((self.sig / f"{int(r):05d}.ids.json").read_text())
+            ks, _ = self._shard(int(r))
+            for k in keys[shard == r]: res[int(k)] = ids[int(np.searchsorted(ks, k))]
+        return res
+
+# %% ../nbs/05b_curation.ipynb #74fb5d95
+def _verify(group: np.ndarray, rows: np.ndarray, threshold: float, chunk: int = 1024) -> list[tuple]:
+    "Marks (key, 2, partner, equal values) of the members with an earlier member of Jaccard > threshold."
+    perm, out = rows.shape[1], []
+    for i in range(1, len(group)):
+        for a in range(0, i, chunk):                # the earlier members, chunk by chunk; stop at the first hit
+            eq = (rows[a:min(i, a + chunk)] == rows[i]).sum(1)
+            j = int(np.argmax(eq))                  # most similar; on ties the earliest
+            if float(eq[j] / perm) > threshold:
+                out.append((int(group[i]), 2, int(group[a + j]), int(eq[j])))
+                break
+    return out
+
+_MARK_COLS = 4      # a mark: (document key, rule 1 exact / 2 fuzzy, partner key, equal MinHash values)
+
 class DedupBuckets(CurationStep):
-    "LSH buckets: one key range of one band (the last band: exact keys) of every shard; writes the groups found."
+    "LSH buckets: (band, key range) units of every shard, each group decided in place; writes the task's marks."
     name = "buckets"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         r = self.run_desc
         nb, _ = r.lsh_bands()
         parts = r.tasks                     # key ranges per band: a range holds about a shard's documents
         bounds = [int(p * (1 << 64) // parts) for p in range(parts + 1)]
+        sigs = _Signatures(self.root / "work" / "sig", r.tasks)
+        marks, rows_max, rows_total = [], 0, 0
         for unit in range(rank, (nb + 1) * parts, world_size):
             t0 = time.process_time()
             band, part = divmod(unit, parts)
-            lo, hi = np.uint64(bounds[part]), bounds[part + 1]
-            tabs = []
-            for f in sorted((self.root / "work" / "bands" / f"{band:03d}").glob("*.npy")):
-                t = np.load(f, mmap_mode="r")
-                a = np.searchsorted(t[:, 0], lo, "left")
-                b = np.searchsorted(t[:, 0], np.uint64(hi), "left") if hi < (1 << 64) else len(t)
-                tabs.append(np.array(t[a:b]))
-            tab = np.concatenate(tabs) if tabs else np.zeros((0, 2), np.uint64)
+            tab = self._load(band, np.uint64(bounds[part]), bounds[part + 1], 3 if band == nb else 2)
+            rows_max, rows_total = max(rows_max, len(tab)), rows_total + len(tab)
             gs = _groups([tab[:, i] for i in range(tab.shape[1] - 1)], tab[:, -1].astype(np.int64))
-            name = "exact" if band == nb else f"band{band:03d}"
-            flat = np.concatenate(gs) if gs else np.zeros(0, np.int64)
-            out = self.root / "work" / "buckets"
-            _save_npy(out / f"{name}.{part:05d}.members.npy", flat)
-            _save_npy(out / f"{name}.{part:05d}.sizes.npy", np.array([len(g) for g in gs], np.int64))
-            self.count("all", **{f"{name}_groups": len(gs), f"{name}_docs": len(flat)})
+            del tab
+            name, got = ("exact" if band == nb else "band"), []
+            for g in gs:
+                if band == nb: got += [(int(k), 1, int(g[0]), 0) for k in g[1:]]
+                else: got += _verify(g, sigs.rows(g), r.fuzzy_threshold)
+            marks.append(np.array(got, dtype=np.int64).reshape(-1, _MARK_COLS))
+            self.count("all", **{f"{name}_groups": len(gs), f"{name}_docs": int(sum(len(g) for g in gs))})
             self.cpu += time.process_time() - t0
+        t0 = time.process_time()
+        m = np.concatenate(marks) if marks else np.zeros((0, _MARK_COLS), np.int64)
+        del marks
+        dest = _shard_of(m[:, 0], r.tasks)
+        m = m[np.lexsort((m[:, 0], dest))]          # by owning shard, then key
+        offsets = np.searchsorted(np.sort(dest), np.arange(r.tasks + 1))
+        _save_npy(self.root / "work" / "marks" / f"{rank:05d}.npy", m)
+        _save_npy(self.root / "work" / "marks" / f"{rank:05d}.offsets.npy", offsets.astype(np.int64))
+        self.held = {"rows_max": rows_max, "rows_total": rows_total, "marks": len(m)}
+        self.cpu += time.process_time() - t0
         self.save_stats(rank)
         return; yield
 
+    def _load(self, band: int, lo: np.uint64, hi: int, cols: int) -> np.ndarray:
+        "The (bucket key(s), document key) rows of `band` with bucket key in [lo, hi), from every shard's file."
+        tabs = []
+        for f in sorted((self.root / "work" / "bands" / f"{band:03d}").glob("*.npy")):
+            t = np.load(f, mmap_mode="r")
+            a = np.searchsorted(t[:, 0], lo, "left")
+            b = np.searchsorted(t[:, 0], np.uint64(hi), "left") if hi < (1 << 64) else len(t)
+            tabs.append(np.array(t[a:b]))
+        return np.concatenate(tabs) if tabs else np.zeros((0, cols), np.uint64)
+
 # %% ../nbs/05b_curation.ipynb #f6eb343f
-class _Signatures:
-    "MinHash rows and ids of documents by key, read on demand from the shards' signature files (memory-mapped)."
-    def __init__(self, sig: Path, tasks: int):
-        self.sig, self.tasks, self.open = sig, tasks, {}
-    def _shard(self, key):
-        r = (key >> _KEY_SHIFT) % self.tasks
-        if r not in self.open:
-            b = self.sig / f"{r:05d}"
-            self.open[r] = (np.load(f"{b}.keys.npy"), np.load(f"{b}.mh.npy", mmap_mode="r"), None)
-        return r, self.open[r]
-    def row(self, key):
-        r, (keys, mh, _) = self._shard(key)
-        return mh[np.searchsorted(keys, key)]
-    def id(self, key):
-        r, (keys, mh, ids) = self._shard(key)
-        if ids is None:
-            ids = json.loads((self.sig / f"{r:05d}.ids.json").read_text()); self.open[r] = (keys, mh, ids)
-        return ids[int(np.searchsorted(keys, key))]
-
-def _read_buckets(folder: Path, name: str) -> list[np.ndarray]:
-    "The groups of band `name` (or 'exact'), over all its key ranges."
-    out = []
-    for f in sorted(folder.glob(f"{name}.*.sizes.npy")):
-        m, s = np.load(str(f).replace(".sizes.", ".members.")), np.load(f)
-        if len(s): out += np.split(m, np.cumsum(s)[:-1])
-    return out
-
 class DedupCluster(CurationStep):
-    "Keep the first document of each group, in blend order: exact duplicates, then verified Jaccard > threshold."
+    "Merge the marks of this task's shard from every bucket task into work/remove/<rank>.npy (1 exact, 2 fuzzy)."
     name = "cluster"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         t0 = time.process_time()
         r = self.run_desc
-        nb, _ = r.lsh_bands()
-        folder = self.root / "work" / "buckets"
-        exact_dup = {int(k) for g in _read_buckets(folder, "exact") for k in g[1:]}
-        groups_of = collections.defaultdict(list)          # document key -> LSH groups (band buckets) it is in
-        groups = []
-        for b in range(nb):
-            for g in _read_buckets(folder, f"band{b:03d}"):
-                for k in g: groups_of[int(k)].append(len(groups))
-                groups.append([])                           # the kept members of this group, so far
-        sigs = _Signatures(self.root / "work" / "sig", r.tasks)
-        removed, pairs = {}, []
-        for k in sorted(set(groups_of) | exact_dup):
-            if k in exact_dup: removed[k] = 1; continue
-            cand = {c for g in groups_of.get(k, ()) for c in groups[g]}
-            if cand:
-                me = sigs.row(k)
-                best = max((float((sigs.row(c) == me).mean()), c) for c in sorted(cand))
-                if best[0] > r.fuzzy_threshold:
-                    removed[k] = 2; pairs.append((k, best[1], best[0])); continue
-            for g in groups_of.get(k, ()): groups[g].append(k)
-        by_rank = collections.defaultdict(list)
-        for k, why in removed.items(): by_rank[(k >> _KEY_SHIFT) % r.tasks].append((k, why))
-        for t in range(r.tasks):
-            rows = np.array(sorted(by_rank.get(t, [])), dtype=np.int64).reshape(-1, 2)
-            _save_npy(self.root / "work" / "remove" / f"{t:05d}.npy", rows)
-        top = [[sigs.id(a), sigs.id(b), round(j, 4)] for a, b, j in pairs[:200]]
-        atomic_write_text(self.root / "work" / "fuzzy_pairs.json", json.dumps(top))
-        self.count("all", exact_dups=sum(v == 1 for v in removed.values()), fuzzy_dups=len(pairs))
+        work, parts = self.root / "work", []
+        for f in sorted((work / "marks").glob("*.offsets.npy")):
+            off = np.load(f)
+            m = np.load(str(f).replace(".offsets.npy", ".npy"), mmap_mode="r")
+            parts.append(np.array(m[off[rank]:off[rank + 1]]))
+        m = np.concatenate(parts) if parts else np.zeros((0, _MARK_COLS), np.int64)
+        self.held = {"marks": len(m)}
+        m = m[np.lexsort((m[:, 2], -m[:, 3], m[:, 1], m[:, 0]))]   # per key: exact first, then most similar
+        m = m[np.concatenate([[True], m[1:, 0] != m[:-1, 0]])] if len(m) else m
+        _save_npy(work / "remove" / f"{rank:05d}.npy", np.ascontiguousarray(m[:, :2]))
+        fuzzy = m[m[:, 1] == 2]
+        _save_npy(work / "pairs" / f"{rank:05d}.npy", np.ascontiguousarray(fuzzy[:200][:, [0, 2, 3]]))
+        self.count("all", exact_dups=int((m[:, 1] == 1).sum()), fuzzy_dups=len(fuzzy))
         self.cpu += time.process_time() - t0
         self.save_stats(rank)
         return; yield
+
+def dedup_decisions(out) -> dict[int, int]:
+    "{document key: 1 exact / 2 fuzzy duplicate} over all shards of run folder `out` (after stage 3)."
+    res = {}
+    for f in sorted((Path(out) / "work" / "remove").glob("*.npy")):
+        res |= dict(np.load(f).tolist())
+    return res
+
+def _fuzzy_pairs(root: Path, tasks: int, num_perm: int, n: int = 200) -> list:
+    "The first `n` near-duplicate pairs in blend order: [duplicate id, partner id, estimated Jaccard]."
+    p = [np.load(f) for f in sorted((root / "work" / "pairs").glob("*.npy"))]
+    p = np.concatenate(p) if p else np.zeros((0, 3), np.int64)
+    p = p[np.argsort(p[:, 0], kind="stable")][:n]
+    ids = _Signatures(root / "work" / "sig", tasks).ids(np.concatenate([p[:, 0], p[:, 1]]))
+    return [[ids[int(k)], ids[int(c)], round(float(e / num_perm), 4)] for k, c, e in p.tolist()]
 
 # %% ../nbs/05b_curation.ipynb #13fbd06b
 class ReadCleaned(CurationStep):
@@ -576,7 +621,7 @@ class Report(CurationStep):
             src[s] = {c: row[c] for c in STAT_COLUMNS} | {"tokens": get("merge", s, "tokens"),
                                                          "path": str(self.root / "curated" / f"{s}.jsonl"),
                                                          "prefix": str(self.root / "indexed" / s)}
-        pairs = json.loads((self.root / "work" / "fuzzy_pairs.json").read_text())
+        pairs = _fuzzy_pairs(self.root, r.tasks, r.num_perm)
         rep = {"sources": src, "fuzzy_pairs": pairs, "eval_dir": r.eval_dir, "run": r.describe()}
         atomic_write_text(self.root / "report.json", json.dumps(rep, indent=1))
         table = stage_table(self.root).reset_index()
@@ -589,13 +634,14 @@ def stages(run: CurationRun) -> list[tuple[str, list, int]]:
     n, (nb, _) = run.tasks, run.lsh_bands()
     return [("1_read", [ReadSources(run), CleanDocuments(run), DedupSignatures(run)], n),
             ("2_buckets", [DedupBuckets(run)], n),
-            ("3_cluster", [DedupCluster(run)], 1),
+            ("3_cluster", [DedupCluster(run)], n),
             ("4_filter", [ReadCleaned(run), DedupFilter(run), QualityFilter(run), Decontaminate(run),
                           TokenizeShards(run)], n),
             ("5_merge", [MergeSources(run)], min(n, len(run.sources))),
             ("6_report", [Report(run)], 1)]
 
-def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None) -> dict:
+def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None,
+              stop_after: str | None = None) -> dict:
     "Run every stage with datatrove's `LocalPipelineExecutor` (`workers` processes); finished tasks are skipped."
     from loguru import logger
     if verbose is None: verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
@@ -610,6 +656,7 @@ def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | Non
                                   logging_dir=str(run.path / "logs" / name)).run()
             times[name] = round(time.time() - t0, 3)
             if log: log(f"curate {name}: {tasks} task(s) in {times[name]:.1f}s")
+            if name == stop_after: break           # e.g. '3_cluster': only the deduplication
     finally: logger.enable("datatrove")
     return times
 
