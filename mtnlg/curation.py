@@ -19,7 +19,8 @@ from .data import (DataError, Source, QualityClassifier, read_documents, clean_t
 __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 'ReadSources', 'CleanDocuments',
            'DedupSignatures', 'DedupBuckets', 'DedupCluster', 'dedup_decisions', 'ReadCleaned', 'DedupFilter',
            'QualityFilter', 'Decontaminate', 'TokenizeShards', 'MergeSources', 'load_stats', 'stage_table', 'Report',
-           'stages', 'run_local', 'SlurmStage', 'run_slurm', 'curate_run', 'planted_corpus']
+           'stages', 'run_local', 'SlurmStage', 'run_slurm', 'curate_run', 'planted_corpus', 'near_chain',
+           'cluster_cost']
 
 # %% ../nbs/05b_curation.ipynb #2502f9bc
 @dataclass
@@ -729,3 +730,23 @@ def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]
     srcs = [Source("books", str(root / "books")), Source("web", str(root / "web.jsonl"), quality_filter=True),
             Source("news", str(root / "news.jsonl"))]
     return srcs, qc, {"exact": exact, "near": near, "low": low, "lambada": lam, "short": short}
+
+# %% ../nbs/05b_curation.ipynb #92190e6c
+def near_chain(shared, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]:
+    "Three book pages A, B, C: C is a near-duplicate of A and of B (Jaccard ~0.86), A and B are not (~0.73)."
+    a = clean_text((Path(shared) / "corpus/gutenberg/austen-persuasion.txt").read_text()[skip:skip + 3000]).split()
+    c = list(a)
+    c[::step] = ["Y"] * len(c[::step])             # C: one word in `step` changed
+    b = list(c)
+    b[step // 2::step] = ["Z"] * len(b[step // 2::step])     # B: C with as many other words changed
+    return " ".join(a), " ".join(b), " ".join(c)
+
+# %% ../nbs/05b_curation.ipynb #4d25fec0
+def cluster_cost(docs: float, tasks: int, bands: int = 9, dup_frac: float = 0.3, num_perm: int = 128) -> dict:
+    "Bytes one task of the dedup stages holds at the most, from the number of documents, tasks and LSH bands."
+    share = docs / tasks                            # documents of a shard, and rows of one (band, key range) unit
+    marks = share * dup_frac * (bands + 1)          # worst case: a duplicate marked in every band and the exact one
+    return {"signatures (stage 1)": share * num_perm * 8,              # the shard's MinHash rows
+            "bucket unit (stage 2)": share * 80,    # rows read (24 B) + their sort (order, sorted copies, flags)
+            "marks (stages 2, 3)": marks * 4 * 8 * 2,                  # 4 int64 columns, sorted once
+            "one corpus-wide task (the old stage 3)": docs * dup_frac * (bands + 1) * 100}   # Python ints in dicts

@@ -350,6 +350,62 @@ def test_curation_bad_input(planted, tmp_path):
         curate_run(CurationRun([D.Source("b", str(bad))], str(tmp_path / "r5")), log=None)
 
 
+# Deduplication stages (1-3) alone: the earlier-member rule on a chain, and memory per task bounded by its share.
+def test_dedup_rule_on_a_chain(tmp_path, shared_data):
+    "C is a near-duplicate of A and B, A and B are not: A, B, C removes C only; A, C, B removes C and B."
+    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions, near_chain
+    docs = dict(zip("ABC", near_chain(shared_data)))
+    for order, removed in (("ABC", ["C"]), ("ACB", ["B", "C"])):
+        (tmp_path / f"{order}.jsonl").write_text("".join(json.dumps({"text": docs[x]}) + "\n" for x in order))
+        run = prepare_run(CurationRun([D.Source("s", str(tmp_path / f"{order}.jsonl"))], str(tmp_path / order), tasks=1))
+        run_local(run, workers=1, log=None, stop_after="3_cluster")
+        assert {order[k]: why for k, why in dedup_decisions(run.out).items()} == dict.fromkeys(removed, 2), order
+
+
+def _dedup_corpus(root, shared):
+    "8 files of 60 book pages; files 4-7 hold 10 near (1 word in 150 changed) and 5 exact copies of earlier pages."
+    books = ["austen-emma.txt", "austen-sense.txt", "melville-moby_dick.txt", "chesterton-thursday.txt"]
+    texts = [(shared / "corpus/gutenberg" / b).read_text() for b in books]
+    files = [[texts[f % 4][20_000 + (f // 4 * 60 + j) * 1500:][:1500] for j in range(60)] for f in range(8)]
+    expected = {}
+    for f in range(4, 8):
+        for j in range(10, 25):
+            words = files[f - 4][2 * j].split()
+            words[::150] = ["X"] * len(words[::150])
+            files[f][j] = " ".join(words) if j < 20 else "  " + files[f - 4][2 * j].upper()
+            expected[(f << 32) | j] = 2 if j < 20 else 1
+    root.mkdir(parents=True)
+    for f, pages in enumerate(files):
+        (root / f"{f:02d}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in pages))
+    return D.Source("books", str(root)), expected
+
+
+def test_dedup_memory_per_task_follows_its_share(tmp_path, shared_data):
+    "4 tasks hold a quarter of the bucket rows and of the marks each; the decisions equal the 1-task run's."
+    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions, _shard_of
+    src, expected = _dedup_corpus(tmp_path / "in", shared_data)
+    runs = {}
+    for n in (1, 4):
+        runs[n] = prepare_run(CurationRun([src], str(tmp_path / f"t{n}"), tasks=n))
+        run_local(runs[n], workers=min(n, 2), log=None, stop_after="3_cluster")
+        assert dedup_decisions(runs[n].out) == expected, n        # the planted copies, and nothing else
+    out, (nb, _) = Path(runs[4].out), runs[4].lsh_bands()
+    docs = 8 * 60
+    held = lambda step: [json.loads((out / f"stats/{step}/{t:05d}.json").read_text())["held"] for t in range(4)]
+    buckets, cluster = held("buckets"), held("cluster")
+    # stage 2: the whole state is docs x (bands + exact) rows; a task reads a quarter, one unit (docs / 4 rows) at a time
+    assert sum(h["rows_total"] for h in buckets) == docs * (nb + 1)
+    assert all(h["rows_total"] <= 1.3 * docs * (nb + 1) / 4 for h in buckets), buckets
+    assert all(h["rows_max"] <= 1.5 * docs / 4 for h in buckets), buckets
+    # stage 3: task t loads exactly the marks of shard t's documents, at most one per band per removed document
+    marks = np.concatenate([np.load(f) for f in sorted(out.glob("work/marks/?????.npy"))])
+    shard = _shard_of(marks[:, 0], 4)
+    removed = {t: sum(1 for k in expected if (k >> 32) % 4 == t) for t in range(4)}
+    assert [h["marks"] for h in cluster] == [int((shard == t).sum()) for t in range(4)]
+    assert all(0 < h["marks"] <= (nb + 1) * removed[t] for t, h in enumerate(cluster))
+    assert max(h["marks"] for h in cluster) < len(marks)
+
+
 # The same run as Slurm job arrays on a real one-node Slurm (tests/slurm_local.py, as in test_jobs.py).
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
@@ -389,7 +445,8 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, shar
     done = sorted(p.relative_to(out) for p in out.glob("logs/*/completions/*"))
     assert [str(p) for p in done] == ["logs/1_read/completions/00000", "logs/1_read/completions/00001",
                                       "logs/2_buckets/completions/00000", "logs/2_buckets/completions/00001",
-                                      "logs/3_cluster/completions/00000", "logs/4_filter/completions/00000"]
+                                      "logs/3_cluster/completions/00000", "logs/3_cluster/completions/00001",
+                                      "logs/4_filter/completions/00000"]
     unfinished = [out / "stats" / f / "00001.json" for f in ("dedup", "quality", "decontaminate", "tokenize")]
     before = {p: p.stat().st_mtime_ns for p in list(out.glob("logs/*/completions/*")) + list(out.glob("stats/*/*.json"))
               if p not in unfinished}                                     # the files of the finished tasks
