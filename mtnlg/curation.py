@@ -13,7 +13,8 @@ from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 from .config import atomic_write_text
 from .data import (DataError, Source, QualityClassifier, read_documents, clean_text, eval_ngrams,
-                        decontaminate_text, get_tokenizer, indexed_paths, STAT_COLUMNS, Skips, _norm_key, _P, _is_hf)
+                        decontaminate_text, get_tokenizer, indexed_paths, STAT_COLUMNS, Skips, _norm_key, _P,
+                        _is_hf)
 
 # %% auto #0
 __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 'ReadSources', 'CleanDocuments',
@@ -27,8 +28,8 @@ __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 
 class CurationRun:
     "One curation run: sources, stage parameters and output folder; the same for every executor."
     sources: list[Source]               # in blend order: on duplicates, the earlier source keeps its document
-    out: str                            # run folder: run.json, curated/, indexed/, stats/, report.json, logs/, work/
-    tasks: int = 2                      # shards of the per-document stages (read, filter) and of the LSH buckets
+    out: str                            # run folder: run.json, curated/, indexed/, stats/, logs/, work/, ...
+    tasks: int = 2                      # shards of every stage but merge and report
     eval_dir: str | None = None         # evaluation sets for 13-gram decontamination (None: no decontamination)
     quality_threshold: float = 0.5      # keep web documents whose quality score is at least this
     min_chars: int = 200                # clean: drop documents shorter than this (characters)
@@ -39,7 +40,7 @@ class CurationRun:
     seed: int = 1                       # MinHash seed
     on_error: str = "error"             # bad input: 'error', 'skip' or 'replace' (see `read_documents`)
     tokenizer: str = "gpt2"             # 'gpt2' or a sentencepiece .model
-    quality_sha: str = ""               # fingerprint of the quality classifier saved in the run folder (set by prepare)
+    quality_sha: str = ""               # fingerprint of the run folder's quality classifier (set by prepare)
     cache_dir: str | None = None        # cache of eval n-grams
 
     def __post_init__(self):
@@ -71,13 +72,14 @@ def _units(run: CurationRun) -> list[tuple[int, str]]:
         if p.is_dir() and not _is_hf(p) and not s.max_docs:
             files = sorted(f for f in p.glob(s.glob) if f.is_file())
             if not files:
-                raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; check the folder or the glob")
+                raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; "
+                                "check the folder or the glob")
             out += [(i, str(f)) for f in files]
         else: out.append((i, str(p)))
     return out
 
 def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> CurationRun:
-    "Check the run and its run folder, then write run.json, the work units, the classifier and the eval n-grams."
+    "Check the run and its folder, then write run.json, the work units, the classifier and the eval n-grams."
     names = [s.validate().name for s in run.sources]
     if not names: raise DataError("a curation run needs at least one source")
     if len(set(names)) != len(names): raise DataError(f"source names must be unique, got {names}")
@@ -87,7 +89,8 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
     out, wants_q = run.path, [s.name for s in run.sources if s.quality_filter]
     spec, qpath = out / "run.json", out / "quality.pkl"
     if wants_q and quality is None and not qpath.exists():
-        raise DataError(f"sources {wants_q} ask for quality filtering (+q) but no quality classifier was given; "
+        raise DataError(f"sources {wants_q} ask for quality filtering (+q) but no quality classifier "
+                        "was given; "
                         "pass one (CLI: --quality-good/--quality-web) or drop '+q'")
     if run.eval_dir and not Path(run.eval_dir).is_dir():
         raise DataError(f"eval_dir {run.eval_dir} is not a folder; pass the folder of the evaluation sets")
@@ -102,10 +105,11 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
         if old == desc: return run
         diff = sorted(k for k in set(old) | set(desc) if old.get(k) != desc.get(k))
         if list(out.glob("logs/*/completions/*")):
-            raise DataError(f"output folder {out} holds another curation run (it differs in {', '.join(diff)}); "
+            raise DataError(f"output folder {out} holds another curation run "
+                            f"(it differs in {', '.join(diff)}); "
                             "pass a new --out, or delete the folder to start over")
         spec.unlink()
-        for d in ("logs", "work", "stats"): shutil.rmtree(out / d, ignore_errors=True)   # nothing finished: redo
+        for d in ("logs", "work", "stats"): shutil.rmtree(out / d, ignore_errors=True)     # nothing done: redo
     out.mkdir(parents=True, exist_ok=True)
     if qbytes: _atomic_bytes(qpath, qbytes)
     atomic_write_text(out / "units.json", json.dumps(_units(run)))
@@ -120,7 +124,7 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
 _KEY_SHIFT = 32     # a document's key: (global unit index << 32) | index in its unit; ascending = blend order
 
 class CurationStep(PipelineStep):
-    "A datatrove step of a curation run: per-source counters and CPU seconds, saved to stats/<step>/<rank>.json."
+    "A datatrove step of a curation run: per-source counters and CPU seconds, saved to stats/<step>/<rank>."
     type = "mtnlg"
     name = "step"
     def __init__(self, run: CurationRun):
@@ -156,7 +160,7 @@ class CurationStep(PipelineStep):
         atomic_write_text(self.root / "stats" / self.name / f"{rank:05d}.json", json.dumps(d))
 
 def _fault(stage: str, rank: int, root: Path):
-    "Fault injection for tests: MTNLG_CURATE_STALL='stage:rank' makes that task mark itself and hang until killed."
+    "Fault injection for tests: MTNLG_CURATE_STALL='stage:rank' makes that task mark itself and hang."
     if os.environ.get("MTNLG_CURATE_STALL") == f"{stage}:{rank}":
         (root / f"stalled-{stage}-{rank}").touch()
         time.sleep(3600)
@@ -165,7 +169,7 @@ def _doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogate
 
 # %% ../nbs/05b_curation.ipynb #34705e37
 class ReadSources(CurationStep):
-    "Read this task's units (files, round-robin over tasks) with `read_documents`; documents keyed in blend order."
+    "Read this task's units (files, round-robin) with `read_documents`; documents keyed in blend order."
     name = "read"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         r = self.run_desc
@@ -225,7 +229,7 @@ class _AtomicText:
         self.f.flush(); os.fsync(self.f.fileno()); self.f.close(); os.replace(self.tmp, self.path)
 
 class DedupSignatures(CurationStep):
-    "Exact key (MD5 of normalized text) and MinHash of each document; writes the shard's documents and signatures."
+    "Exact key (MD5 of normalized text) and MinHash of each document; writes the shard's documents and both."
     name = "signatures"
     def run(self, data, rank: int = 0, world_size: int = 1):
         from mtnlg.data import FuzzyDeduper
@@ -248,7 +252,7 @@ class DedupSignatures(CurationStep):
         mh = np.array(mh, dtype=np.uint64).reshape(len(keys), r.num_perm)
         exact = np.array(exact, dtype=np.uint64).reshape(len(keys), 2)
         nb, rows = r.lsh_bands()
-        for band in range(nb + 1):      # per band, (bucket key(s), document key) sorted: stage 2 reads key ranges
+        for band in range(nb + 1):      # per band, sorted (bucket key(s), document key): stage 2 reads ranges
             cols = [_band_keys(mh, band * rows, (band + 1) * rows)] if band < nb else [exact[:, 0], exact[:, 1]]
             tab = np.stack(cols + [keys.astype(np.uint64)], axis=1) if len(keys) else \
                 np.zeros((0, len(cols) + 1), np.uint64)
@@ -383,7 +387,7 @@ class DedupBuckets(CurationStep):
 
 # %% ../nbs/05b_curation.ipynb #f6eb343f
 class DedupCluster(CurationStep):
-    "Merge the marks of this task's shard from every bucket task into work/remove/<rank>.npy (1 exact, 2 fuzzy)."
+    "Merge the marks of this task's shard from every bucket task into work/remove/<rank>.npy."
     name = "cluster"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         t0 = time.process_time()
@@ -466,7 +470,7 @@ class QualityFilter(CurationStep):
         self.save_stats(rank)
 
 class Decontaminate(CurationStep):
-    "Megatron's rule: cut eval n-gram matches +/- 200 characters; pieces become documents, short ones are dropped."
+    "Megatron's rule: cut eval n-gram matches +/- 200 characters; pieces become documents, short ones dropped."
     name = "decontaminate"
     def run(self, data, rank: int = 0, world_size: int = 1):
         p = self.root / "eval_ngrams.npz"
@@ -477,7 +481,8 @@ class Decontaminate(CurationStep):
             t0 = time.process_time()
             s, b = d.metadata["source"], _doc_bytes(d)
             pieces, hits = decontaminate_text(d.text, ng) if ng else ([d.text], 0)
-            self.count(s, docs_in=1, bytes_in=b, docs_out=len(pieces), bytes_out=sum(len(x.encode()) for x in pieces),
+            b_out = sum(len(x.encode()) for x in pieces)
+            self.count(s, docs_in=1, bytes_in=b, docs_out=len(pieces), bytes_out=b_out,
                        **({"contaminated": 1, "contam_matches": hits} if hits else {}),
                        **({"contam_dropped": 1} if hits and not pieces else {}))
             self.cpu += time.process_time() - t0
@@ -505,7 +510,7 @@ def _finalize(builder, tmp_bin: Path, prefix: Path):
 def _token_dtype(tk): return np.uint16 if tk.vocab_size < 65_500 else np.int32
 
 class TokenizeShards(CurationStep):
-    "Tokenize (+ EOD) each kept document into this task's per-source .bin/.idx part, with its text in a jsonl part."
+    "Tokenize (+ EOD) each kept document into this task's per-source .bin/.idx part, its text into a jsonl."
     name = "tokenize"
     def run(self, data, rank: int = 0, world_size: int = 1):
         tk = get_tokenizer(self.run_desc.tokenizer)
@@ -520,8 +525,10 @@ class TokenizeShards(CurationStep):
             b, _, txt = open_[s]
             ids = np.asarray(tk.tokenize(d.text) + [tk.eod], dtype=np.int64)
             b.add_document(ids, [len(ids)])
-            txt.write(json.dumps({"k": d.metadata["key"], "id": d.id, "text": d.text}, ensure_ascii=False) + "\n")
-            self.count(s, docs_in=1, bytes_in=_doc_bytes(d), docs_out=1, bytes_out=_doc_bytes(d), tokens=len(ids))
+            rec = {"k": d.metadata["key"], "id": d.id, "text": d.text}
+            txt.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            b = _doc_bytes(d)
+            self.count(s, docs_in=1, bytes_in=b, docs_out=1, bytes_out=b, tokens=len(ids))
             self.cpu += time.process_time() - t0
         _fault("tokenize", rank, self.root)
         for s, (b, tmp, txt) in open_.items():
@@ -566,11 +573,11 @@ class MergeSources(CurationStep):
         return; yield
 
 # %% ../nbs/05b_curation.ipynb #b531b76d
-STEP_ORDER = ["read", "clean", "signatures", "buckets", "cluster", "dedup", "quality", "decontaminate", "tokenize",
-              "merge"]
+STEP_ORDER = ["read", "clean", "signatures", "buckets", "cluster", "dedup", "quality", "decontaminate",
+              "tokenize", "merge"]
 
 def load_stats(out) -> dict:
-    "{step: {'cpu_s', 'tasks', 'sources': {name: Counter}}} summed over the tasks' stats files of run folder `out`."
+    "{step: {'cpu_s', 'tasks', 'sources': {name: Counter}}} summed over the tasks' stats files of run `out`."
     res = {}
     for step in STEP_ORDER:
         files = sorted((Path(out) / "stats" / step).glob("*.json"))
@@ -584,8 +591,8 @@ def load_stats(out) -> dict:
     return res
 
 RULES = {"clean": ["too_short"], "dedup": ["exact_dups", "fuzzy_dups"], "quality": ["low_quality"],
-         "decontaminate": ["contaminated", "contam_dropped"], "read": ["skipped_non_utf8", "skipped_malformed_json",
-                                                                       "skipped_no_text", "skipped_empty"]}
+         "decontaminate": ["contaminated", "contam_dropped"],
+         "read": ["skipped_non_utf8", "skipped_malformed_json", "skipped_no_text", "skipped_empty"]}
 
 def stage_table(out):
     "Per-step documents and bytes in/out, removals by rule, CPU seconds and MB/s per CPU (a DataFrame)."
@@ -631,7 +638,7 @@ class Report(CurationStep):
 
 # %% ../nbs/05b_curation.ipynb #6cd73dd5
 def stages(run: CurationRun) -> list[tuple[str, list, int]]:
-    "(name, datatrove pipeline, tasks) of each stage, in order; a stage starts when the one before has finished."
+    "(name, datatrove pipeline, tasks) of each stage, in order; a stage starts when the one before is done."
     n, (nb, _) = run.tasks, run.lsh_bands()
     return [("1_read", [ReadSources(run), CleanDocuments(run), DedupSignatures(run)], n),
             ("2_buckets", [DedupBuckets(run)], n),
@@ -643,13 +650,13 @@ def stages(run: CurationRun) -> list[tuple[str, list, int]]:
 
 def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None,
               stop_after: str | None = None) -> dict:
-    "Run every stage with datatrove's `LocalPipelineExecutor` (`workers` processes); finished tasks are skipped."
+    "Run the stages with datatrove's `LocalPipelineExecutor` (`workers` processes); finished tasks are skipped."
     from loguru import logger
     if verbose is None: verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
     if workers > 1:     # import once here, not in every forked worker of every stage
         import megatron.core.datasets.indexed_dataset, sklearn.linear_model   # noqa: F401
     times = {}
-    if not verbose: logger.disable("datatrove")       # datatrove logs every task at INFO (MTNLG_VERBOSE=1: shown)
+    if not verbose: logger.disable("datatrove")       # it logs every task at INFO (MTNLG_VERBOSE=1: shown)
     try:
         for name, steps, tasks in stages(run):
             t0 = time.time()
@@ -668,7 +675,7 @@ class SlurmStage(SlurmPipelineExecutor):
 def run_slurm(run: CurationRun, partition: str, time_limit: str = "04:00:00", cpus_per_task: int = 1,
               mem_per_cpu_gb: int = 2, env_command: str | None = None, sbatch_args: dict | None = None,
               log=print) -> dict:
-    "Submit the stages as Slurm job arrays chained by `afterok` dependencies; {stage: job id (-1: nothing left)}."
+    "Submit the stages as Slurm job arrays chained by `afterok`; {stage: job id (-1: nothing left)}."
     env = env_command or f"export PATH={Path(sys.executable).parent}:$PATH OMP_NUM_THREADS=1"
     exes, prev = [], None
     for name, steps, tasks in stages(run):
@@ -682,9 +689,9 @@ def run_slurm(run: CurationRun, partition: str, time_limit: str = "04:00:00", cp
     if log: log("curate: submitted " + ", ".join(f"{k}={v}" for k, v in ids.items()))
     return ids
 
-def curate_run(run: CurationRun, quality: QualityClassifier | None = None, executor: str = "local", workers: int = 2,
-               partition: str | None = None, log=print, **slurm) -> dict:
-    "Prepare `run` (checks, run.json) and execute it locally (returns the report) or on Slurm (returns job ids)."
+def curate_run(run: CurationRun, quality: QualityClassifier | None = None, executor: str = "local",
+               workers: int = 2, partition: str | None = None, log=print, **slurm) -> dict:
+    "Prepare `run` (checks, run.json), execute it locally (returns the report) or on Slurm (returns job ids)."
     prepare_run(run, quality)
     if executor == "local":
         run_local(run, workers, log=log)
@@ -699,7 +706,7 @@ def _chunks(text: str, size: int, n: int, skip: int) -> list[str]:
     return [text[skip + i * size: skip + (i + 1) * size] for i in range(n)]
 
 def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]:
-    "Three sources of real text from `shared`/corpus with planted duplicates, low-quality pages and eval passages."
+    "Three sources of real text from `shared`/corpus with planted duplicates, bad pages and eval passages."
     import html as _h
     from mtnlg.data import html_to_text
     root, c = Path(root), Path(shared) / "corpus"
@@ -714,16 +721,16 @@ def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]
              for t in book(f, 60, 2000, 100_000)]
     qc = QualityClassifier().fit(goodq, [w for w in posts("coffee") if len(w) > 200][:180])
     low = [w for w in posts("beer") if len(w) > 400]
-    low = [w for w, s in zip(low, qc.score(low)) if s < 0.5][:12]          # Stack Exchange posts the classifier rejects
+    low = [w for w, s in zip(low, qc.score(low)) if s < 0.5][:12]          # posts the classifier rejects
     words = a[3].split(); words[::150] = ["X"] * len(words[::150])
-    near = " ".join(words)                                                 # a book page with 1 word in 150 changed
+    near = " ".join(words)                                                 # a page, 1 word in 150 changed
     exact = "  " + a[7].upper().replace(" ", "   ") + "\n"                 # a book page, other case and spacing
     good = book("austen-emma.txt", 4)                                      # web pages that are good prose
     jl(root / "web.jsonl", low[:6] + [exact] + good[:2] + [near] + low[6:] + good[2:])
     ev = Path(shared) / "eval"
     lam = json.loads((ev / "lambada/lambada_test.jsonl").open().readline())["text"]
     wic = [l.split("\t")[3] for l in (ev / "wic/dev.data.txt").read_text().split("\n") if l.count("\t") >= 4]
-    short = next(t for t in wic if 8 <= len(re.findall(r"\w+", t)) < 13)  # a WiC sentence: Megatron's short rule
+    short = next(t for t in wic if 8 <= len(re.findall(r"\w+", t)) < 13)  # WiC: Megatron's short rule
     m = book("melville-moby_dick.txt", 5)
     jl(root / "news.jsonl", [m[0], f"{m[1][:1500]} {lam} {m[1][1500:]}", m[2],
                              f"{m[3][:1500]} {short} {m[3][1500:]}", m[4]])
@@ -734,7 +741,8 @@ def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]
 # %% ../nbs/05b_curation.ipynb #92190e6c
 def near_chain(shared, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]:
     "Three book pages A, B, C: C is a near-duplicate of A and of B (Jaccard ~0.86), A and B are not (~0.73)."
-    a = clean_text((Path(shared) / "corpus/gutenberg/austen-persuasion.txt").read_text()[skip:skip + 3000]).split()
+    book = (Path(shared) / "corpus/gutenberg/austen-persuasion.txt").read_text()
+    a = clean_text(book[skip:skip + 3000]).split()
     c = list(a)
     c[::step] = ["Y"] * len(c[::step])             # C: one word in `step` changed
     b = list(c)
@@ -744,9 +752,9 @@ def near_chain(shared, skip: int = 41_000, step: int = 65) -> tuple[str, str, st
 # %% ../nbs/05b_curation.ipynb #4d25fec0
 def cluster_cost(docs: float, tasks: int, bands: int = 9, dup_frac: float = 0.3, num_perm: int = 128) -> dict:
     "Bytes one task of the dedup stages holds at the most, from the number of documents, tasks and LSH bands."
-    share = docs / tasks                            # documents of a shard, and rows of one (band, key range) unit
-    marks = share * dup_frac * (bands + 1)          # worst case: a duplicate marked in every band and the exact one
+    share = docs / tasks                            # documents of a shard, rows of one (band, key range) unit
+    marks = share * dup_frac * (bands + 1)          # worst case: a duplicate marked in every band, and exact
     return {"signatures (stage 1)": share * num_perm * 8,              # the shard's MinHash rows
-            "bucket unit (stage 2)": share * 80,    # rows read (24 B) + their sort (order, sorted copies, flags)
+            "bucket unit (stage 2)": share * 80,    # rows read (24 B), their sort (order, sorted copies, flags)
             "marks (stages 2, 3)": marks * 4 * 8 * 2,                  # 4 int64 columns, sorted once
-            "one corpus-wide task (the old stage 3)": docs * dup_frac * (bands + 1) * 100}   # Python ints in dicts
+            "one corpus-wide task (the old stage 3)": docs * dup_frac * (bands + 1) * 100}   # dicts of ints
