@@ -338,6 +338,11 @@ def _verify(group: np.ndarray, rows: np.ndarray, threshold: float, chunk: int = 
 
 _MARK_COLS = 4      # a mark: (document key, rule 1 exact / 2 fuzzy, partner key, equal MinHash values)
 
+def _best_marks(m: np.ndarray) -> np.ndarray:
+    "One mark per document key, in key order: exact first, then most equal values, then earliest partner."
+    m = m[np.lexsort((m[:, 2], -m[:, 3], m[:, 1], m[:, 0]))]
+    return m[np.concatenate([[True], m[1:, 0] != m[:-1, 0]])] if len(m) else m
+
 class DedupBuckets(CurationStep):
     "LSH buckets: (band, key range) units of every shard, each group decided in place; writes the task's marks."
     name = "buckets"
@@ -363,7 +368,7 @@ class DedupBuckets(CurationStep):
             self.count("all", **{f"{name}_groups": len(gs), f"{name}_docs": int(sum(len(g) for g in gs))})
             self.cpu += time.process_time() - t0
         t0 = time.process_time()
-        m = np.concatenate(marks) if marks else np.zeros((0, _MARK_COLS), np.int64)
+        m = _best_marks(np.concatenate(marks) if marks else np.zeros((0, _MARK_COLS), np.int64))
         del marks
         dest = _shard_of(m[:, 0], r.tasks)
         m = m[np.lexsort((m[:, 0], dest))]          # by owning shard, then key
@@ -399,8 +404,7 @@ class DedupCluster(CurationStep):
             parts.append(np.array(m[off[rank]:off[rank + 1]]))
         m = np.concatenate(parts) if parts else np.zeros((0, _MARK_COLS), np.int64)
         self.held = {"marks": len(m)}
-        m = m[np.lexsort((m[:, 2], -m[:, 3], m[:, 1], m[:, 0]))]   # per key: exact first, then most similar
-        m = m[np.concatenate([[True], m[1:, 0] != m[:-1, 0]])] if len(m) else m
+        m = _best_marks(m)
         _save_npy(work / "remove" / f"{rank:05d}.npy", np.ascontiguousarray(m[:, :2]))
         fuzzy = m[m[:, 1] == 2]
         _save_npy(work / "pairs" / f"{rank:05d}.npy", np.ascontiguousarray(fuzzy[:200][:, [0, 2, 3]]))
