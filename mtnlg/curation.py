@@ -55,6 +55,7 @@ class CurationRun:
         for k in ("out", "cache_dir"): d.pop(k)
         d["sources"] = [dataclasses.asdict(s) | {"path": str(Path(s.path).resolve())} for s in self.sources]
         d["eval_dir"] = str(Path(self.eval_dir).resolve()) if self.eval_dir else None
+        d["version"] = 2                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard
         return d
 
     def lsh_bands(self) -> tuple[int, int]:
