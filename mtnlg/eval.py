@@ -425,18 +425,28 @@ class TokenScorer:
         self.fn, self.max_len, self.batch_size, self.pad_id = logprobs_fn, max_len, batch_size, pad_id
         self.fixed_shape, self.device = fixed_shape, device or "cpu"
         self.calls = 0                                   # forward passes made (for tests and progress)
+        self.replicas = 1                                # batches run at once (`lead_forwards` sets the dp size)
 
-    def _run(self, rows: list[list[int]], labels: list[list[int]]):
+    def _tensors(self, rows: list[list[int]], labels: list[list[int]]):
         import torch
         S = self.max_len if self.fixed_shape else max(map(len, rows))
         B = self.batch_size if self.fixed_shape else len(rows)
         tok = torch.full((B, S), self.pad_id, dtype=torch.long)
         lab = torch.zeros((B, S), dtype=torch.long)
         for r, (x, y) in enumerate(zip(rows, labels)):
-            tok[r, :len(x)] = torch.tensor(x); lab[r, :len(y)] = torch.tensor(y)
-        with torch.no_grad(): lp, gr = self.fn(tok.to(self.device), lab.to(self.device))
-        self.calls += 1
-        return lp.float().cpu(), gr.cpu()
+            tok[r, :len(x)] = torch.tensor(x)
+            lab[r, :len(y)] = torch.tensor(y)
+        return tok.to(self.device), lab.to(self.device)
+
+    def forward_many(self, batches: list) -> list:
+        "(log p, greedy) of each (tokens, labels) batch: in turn here; one per replica after `lead_forwards`."
+        return [self.fn(tok, lab) for tok, lab in batches]
+
+    def _run_many(self, batches: list) -> list:
+        import torch
+        with torch.no_grad(): outs = self.forward_many([self._tensors(rows, labs) for rows, labs in batches])
+        self.calls += len(batches)
+        return [(lp.float().cpu(), gr.cpu()) for lp, gr in outs]
 
     def loglikelihood(self, requests):
         "(sum log p(continuation | context), continuation is the greedy decoding) for each request."
@@ -445,13 +455,15 @@ class TokenScorer:
         ncont = [min(len(x), len(f) - 1) for (c, x), f in zip(requests, full)]
         if any(len(x) == 0 for _, x in requests): raise EvalError("a request has an empty continuation")
         order = sorted(range(len(requests)), key=lambda i: -len(full[i]))
-        for b in range(0, len(order), self.batch_size):
-            idx = order[b:b + self.batch_size]
-            lp, gr = self._run([full[i][:-1] for i in idx], [full[i][1:] for i in idx])
-            for r, i in enumerate(idx):
-                L, n = len(full[i]) - 1, ncont[i]
-                want = _long(full[i][1:][L - n:])
-                out[i] = (float(lp[r, L - n:L].sum()), bool((gr[r, L - n:L] == want).all()))
+        batches = [order[b:b + self.batch_size] for b in range(0, len(order), self.batch_size)]
+        for g in range(0, len(batches), self.replicas):        # one round: a batch for each replica
+            group = batches[g:g + self.replicas]
+            outs = self._run_many([([full[i][:-1] for i in idx], [full[i][1:] for i in idx]) for idx in group])
+            for idx, (lp, gr) in zip(group, outs):
+                for r, i in enumerate(idx):
+                    L, n = len(full[i]) - 1, ncont[i]
+                    want = _long(full[i][1:][L - n:])
+                    out[i] = (float(lp[r, L - n:L].sum()), bool((gr[r, L - n:L] == want).all()))
         return out
 
     def greedy_generate(self, contexts, n: int):
@@ -462,7 +474,7 @@ class TokenScorer:
             seqs = [list(contexts[i]) for i in idx]
             for _ in range(n):
                 rows = [s[-self.max_len:] for s in seqs]
-                _, gr = self._run(rows, [[0] * len(r) for r in rows])
+                _, gr = self._run_many([(rows, [[0] * len(r) for r in rows])])[0]
                 for r, s in enumerate(seqs): s.append(int(gr[r, len(rows[r]) - 1]))
             for r, i in enumerate(idx): out[i] = seqs[r][len(contexts[i]):]
         return out
@@ -506,7 +518,9 @@ def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
             lp, greedy = lp.float().contiguous(), greedy.long().contiguous()
             dist.broadcast(lp, src, group=topo.pp_group); dist.broadcast(greedy, src, group=topo.pp_group)
         return lp, greedy
-    return TokenScorer(logprobs, _find_cfg(engine.module).seq_length, batch_size, device=topo.device)
+    scorer = TokenScorer(logprobs, _find_cfg(engine.module).seq_length, batch_size, device=topo.device)
+    scorer.topo = topo                                    # for `lead_forwards`: which replica this rank is in
+    return scorer
 
 # %% ../nbs/07_eval.ipynb #5e1a000e
 from lm_eval.api.model import TemplateLM
@@ -562,37 +576,69 @@ class MtnlgLM(TemplateLM):
         return out
 
 # %% ../nbs/07_eval.ipynb #5e1a0010
-def lead_forwards(scorer, src: int = 0):
-    "Make every forward of `scorer` on rank `src` a collective one: the batch goes to all ranks first."
+def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
+    "Every rank: its replica runs batch `dp_rank` of the round; rank 0 returns all n (log p, greedy), others None."
     import torch, torch.distributed as dist
-    fn = scorer.fn
-    def lead(tokens, labels):
-        hdr = torch.tensor(list(tokens.shape), dtype=torch.long, device=tokens.device)
-        dist.broadcast(hdr, src)
-        dist.broadcast(tokens.contiguous(), src); dist.broadcast(labels.contiguous(), src)
-        return fn(tokens, labels)
-    scorer.fn = lead
+    topo = scorer.topo
+    out = None
+    if topo.dp_rank < n:
+        b, s = sizes[topo.dp_rank].tolist()
+        with torch.no_grad(): out = scorer.fn(tokens[topo.dp_rank, :b, :s], labels[topo.dp_rank, :b, :s])
+    else:                                 # DeepSpeed 0.19.8's eval_batch starts with a barrier of all ranks:
+        with torch.no_grad(): scorer.fn(tokens[0, :1, :1], labels[0, :1, :1])    # a replica without a batch joins it
+    if topo.tp_rank or topo.pp_rank: return None              # each replica's first rank answers for it
+    lp = torch.zeros(tokens.shape[1:], dtype=torch.float32, device=tokens.device)
+    greedy = torch.zeros(tokens.shape[1:], dtype=torch.long, device=tokens.device)
+    if out is not None:
+        lp[:b, :s] = out[0].float()
+        greedy[:b, :s] = out[1].long()
+    lps, greedys = [lp], [greedy]
+    if topo.dp > 1:
+        lps = [torch.empty_like(lp) for _ in range(topo.dp)] if topo.rank == 0 else None
+        greedys = [torch.empty_like(greedy) for _ in range(topo.dp)] if topo.rank == 0 else None
+        dist.gather(lp, lps, dst=0, group=topo.dp_group)
+        dist.gather(greedy, greedys, dst=0, group=topo.dp_group)
+    if topo.rank != 0: return None
+    return [(lps[i][:b, :s], greedys[i][:b, :s]) for i, (b, s) in enumerate(sizes.tolist())]
+
+def lead_forwards(scorer):
+    "On rank 0: each round of up to dp batches goes to every rank, one batch per replica, and the results come back."
+    import torch, torch.distributed as dist
+    def forward_many(batches):
+        sizes = torch.tensor([list(tok.shape) for tok, _ in batches], dtype=torch.long, device=scorer.device)
+        n, (B, S) = len(batches), sizes.max(0).values.tolist()
+        tokens = torch.zeros((n, B, S), dtype=torch.long, device=scorer.device)
+        labels = torch.zeros_like(tokens)
+        for i, (tok, lab) in enumerate(batches):
+            tokens[i, :tok.shape[0], :tok.shape[1]] = tok
+            labels[i, :lab.shape[0], :lab.shape[1]] = lab
+        dist.broadcast(torch.tensor([n, B, S], dtype=torch.long, device=scorer.device), 0)
+        for t in (sizes, tokens, labels): dist.broadcast(t, 0)
+        return _replica_round(scorer, n, tokens, labels, sizes)
+    scorer.forward_many = forward_many
+    scorer.replicas = scorer.topo.dp
     return scorer
 
-def stop_followers(scorer, src: int = 0):
+def stop_followers(scorer):
     "Tell the ranks in `follow_forwards` that evaluation is over."
     import torch, torch.distributed as dist
-    dist.broadcast(torch.tensor([-1, -1], dtype=torch.long, device=scorer.device), src)
+    dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
 
-def follow_forwards(scorer, src: int = 0) -> int:
-    "On every rank but `src`: take part in each forward rank `src` starts until it stops; returns the forward count."
+def follow_forwards(scorer) -> int:
+    "On every rank but 0: run this rank's share of each round rank 0 sends, until it stops; returns the batches run."
     import torch, torch.distributed as dist
-    n = 0
+    done = 0
     while True:
-        hdr = torch.empty(2, dtype=torch.long, device=scorer.device)
-        dist.broadcast(hdr, src)
-        if int(hdr[0]) < 0: return n
-        B, S = int(hdr[0]), int(hdr[1])
-        tokens = torch.empty((B, S), dtype=torch.long, device=scorer.device)
+        header = torch.empty(3, dtype=torch.long, device=scorer.device)
+        dist.broadcast(header, 0)
+        n, B, S = header.tolist()
+        if n < 0: return done
+        sizes = torch.empty((n, 2), dtype=torch.long, device=scorer.device)
+        tokens = torch.empty((n, B, S), dtype=torch.long, device=scorer.device)
         labels = torch.empty_like(tokens)
-        dist.broadcast(tokens, src); dist.broadcast(labels, src)
-        with torch.no_grad(): scorer.fn(tokens, labels)
-        n += 1
+        for t in (sizes, tokens, labels): dist.broadcast(t, 0)
+        _replica_round(scorer, n, tokens, labels, sizes)
+        done += scorer.topo.dp_rank < n
 
 # %% ../nbs/07_eval.ipynb #21b8c832
 def _quiet_lm_eval():
@@ -775,8 +821,8 @@ def find_checkpoint(run_dir) -> Path:
                         "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export --import-hf), or pass --hf-model DIR")
     return ck
 
-def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32"):
-    "(the run's `RunConfig` at an evaluation layout of tp x pp processes, checkpoint folder); a misfit fails here."
+def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1):
+    "(the run's `RunConfig` at an evaluation layout of tp x pp x dp processes, checkpoint folder); a misfit fails here."
     import dataclasses
     from mtnlg.config import load_config, ConfigError, ParallelConfig
     from mtnlg.topology import check_layout
@@ -784,25 +830,26 @@ def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32"):
     ck = find_checkpoint(run_dir)
     if precision not in ("fp32", "bf16"): raise EvalError(f"--precision {precision}: want fp32 or bf16")
     cfg = load_config(None, ck / "config.json", validate=False)
-    par = dataclasses.replace(cfg.parallel, tp=tp, pp=pp, dp=1, zero_stage=0, checkpoint_activations=0,
+    par = dataclasses.replace(cfg.parallel, tp=tp, pp=pp, dp=dp, zero_stage=0, checkpoint_activations=0,
                               partition_method=ParallelConfig.partition_method)
     cfg = dataclasses.replace(cfg, parallel=par, precision=precision)
     try:
-        check_layout(cfg, tp * pp)
+        check_layout(cfg, tp * pp * dp)
         check_checkpoint(ck, cfg.model)
-    except ConfigError as e: raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp}: {e}") from None
+    except ConfigError as e: raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
     return cfg, ck
 
-def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32"):
-    "(`TokenScorer` over the run's model at a tp x pp layout, checkpoint folder); tp x pp > 1: call it on every rank."
+def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32",
+                        dp: int = 1):
+    "(`TokenScorer` over the run's model at a tp x pp x dp layout, checkpoint folder); call it on every rank."
     import torch
     from mtnlg.topology import init_distributed
     from mtnlg.model import GPT
     from mtnlg.checkpoint import load_weights
-    cfg, ck = eval_config(run_dir, tp, pp, precision)
+    cfg, ck = eval_config(run_dir, tp, pp, precision, dp)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    if tp * pp == 1:
+    if tp * pp * dp == 1:
         model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
         if torch.cuda.is_available(): model = model.cuda()
         return gpt_scorer(model, batch_size), ck
@@ -811,7 +858,7 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     module = load_weights(pipeline.build_pipeline(cfg, topo), ck, cfg.model)
     engine, *_ = deepspeed.initialize(model=module, config={           # no optimizer: inference only
         "train_micro_batch_size_per_gpu": batch_size, "gradient_accumulation_steps": 1,
-        "train_batch_size": batch_size, "steps_per_print": 10 ** 9, "bf16": {"enabled": precision == "bf16"}})
+        "train_batch_size": batch_size * dp, "steps_per_print": 10 ** 9, "bf16": {"enabled": precision == "bf16"}})
     return pipeline_scorer(engine, topo, batch_size), ck
 
 # %% ../nbs/07_eval.ipynb #e57ea6a1
@@ -830,6 +877,8 @@ def cli_parser(parser):
     parser.add_argument("--seed", type=int, default=1234, help="seed of lm-eval's k-shot example draw")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of the evaluation layout (--checkpoint)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline stages of the evaluation layout (--checkpoint)")
+    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas, each scoring its share of the "
+                        "requests (--checkpoint; tp x pp x dp processes)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="evaluation precision (--checkpoint)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--log-samples", action="store_true", help="keep every request's log-likelihood in the results")
@@ -871,22 +920,25 @@ def _cli_run(args) -> int:
     names, ks = parse_tasks(args.tasks, args.data, say), parse_shots(args.shots)
     for n in names: task_source(n, args.data)               # bad input fails before the model loads
     if args.batch_size < 1: raise EvalError(f"--batch-size {args.batch_size}: want >= 1")
-    if min(args.tp, args.pp) < 1: raise EvalError(f"--tp {args.tp} --pp {args.pp}: want sizes >= 1")
-    if args.hf_model and args.tp * args.pp > 1: raise EvalError("--tp/--pp apply to --checkpoint runs; --hf-model runs on one process")
+    if min(args.tp, args.pp, args.dp) < 1:
+        raise EvalError(f"--tp {args.tp} --pp {args.pp} --dp {args.dp}: want sizes >= 1")
+    world = args.tp * args.pp * args.dp
+    if args.hf_model and world > 1:
+        raise EvalError("--tp/--pp/--dp apply to --checkpoint runs; --hf-model runs on one process")
     if args.hf_model and args.precision != "fp32": raise EvalError("--precision applies to --checkpoint runs; --hf-model runs in fp32")
     if args.hf_model and not (Path(args.hf_model) / "config.json").is_file():
         raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local transformers GPT-2 folder")
     if args.checkpoint and not Path(args.checkpoint).exists():
         raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the run folder of `mtnlg train`")
-    if args.checkpoint and args.tp * args.pp > 1 and not under_launcher(): return _launch(args, names, ks)
-    parallel = args.tp * args.pp > 1
+    if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names, ks)
+    parallel = world > 1
     with redirect_stdout(sys.stderr) if args.json else nullcontext():      # --json: stdout carries only the JSON
         if args.hf_model:
             scorer, ck = hf_scorer(args.hf_model, args.batch_size), None
             tok, model = _hf_tokenizer(args.hf_model), hf_identity(args.hf_model)
         else:
             prec = {"precision": args.precision} if args.precision != "fp32" else {}
-            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, **prec)
+            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp, **prec)
             tok = run_tokenizer(args.checkpoint)
             model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}    # bf16 scores differ
         out = _out_dir(args, ck)
@@ -910,17 +962,17 @@ def _rank_argv(args) -> list[str]:
     "The flags of `args` as the command line of a launched rank."
     argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots, "--batch-size",
             str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp", str(args.pp),
-            "--precision", args.precision]
+            "--dp", str(args.dp), "--precision", args.precision]
     for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out)):
         if v is not None: argv += [flag, str(v)]
     return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])
 
 def _launch(args, names, ks) -> int:
-    "Check the layout, run `python -m mtnlg.eval` on tp x pp processes, print rank 0's results."
+    "Check the layout, run `python -m mtnlg.eval` on tp x pp x dp processes, print rank 0's results."
     import subprocess, sys
     from mtnlg.jobs import launch_command
-    _, ck = eval_config(args.checkpoint, args.tp, args.pp)   # a layout that does not fit fails before any process
-    out, n = _out_dir(args, ck), args.tp * args.pp
+    _, ck = eval_config(args.checkpoint, args.tp, args.pp, dp=args.dp)   # a misfit fails before any process
+    out, n = _out_dir(args, ck), args.tp * args.pp * args.dp
     cmd = launch_command(["-m", "mtnlg.eval", *_rank_argv(args)], n)
     code = subprocess.call(cmd, stdout=sys.stderr if args.json else None)   # --json: stdout keeps only the JSON
     if code:

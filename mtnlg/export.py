@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from .config import ModelConfig, RunConfig, load_config, save_config
 from .eval import EvalError, find_checkpoint
+from .model import full_shapes
 
 # %% auto #0
 __all__ = ['HF_ACTIVATIONS', 'DTYPES', 'ExportError', 'hf_config', 'model_config_from_hf', 'name_groups', 'name_map',
@@ -127,20 +128,30 @@ def hf_tensors(hf_dir):
     files = sorted(d.glob("*.safetensors"))
     if files:
         from safetensors import safe_open
-        where = {}
+        where, shape = {}, {}
         for f in files:
-            with safe_open(str(f), "pt") as h: where.update({k: f for k in h.keys()})
+            with safe_open(str(f), "pt") as h:
+                for k in h.keys():
+                    where[k] = f
+                    shape[k] = tuple(h.get_slice(k).get_shape())
         def raw(k):
             with safe_open(str(where[k]), "pt") as h: return h.get_tensor(k)
     elif (d / "pytorch_model.bin").exists():
         sd = torch.load(d / "pytorch_model.bin", map_location="cpu", weights_only=True, mmap=True)
         where, raw = sd, sd.__getitem__
+        shape = {k: tuple(v.shape) for k, v in sd.items()}
     else: raise ExportError(f"{d}: no *.safetensors or pytorch_model.bin")
     key = lambda h: h if h in where else h.removeprefix("transformer.")
     if not cfg.tie_embeddings and "lm_head.weight" not in where: cfg.tie_embeddings = True
     pairs = {p: (h, t) for p, h, t in name_map(cfg)}
     missing = [h for h, _ in pairs.values() if key(h) not in where]
     if missing: raise ExportError(f"{d}: lacks {missing[:3]}; is it a GPT2LMHeadModel of this size?")
+    for p, want in full_shapes(cfg).items():                # every shape checked before anything is written
+        h, t = pairs[p]
+        want = want[::-1] if t else want
+        if shape[key(h)] != want:
+            raise ExportError(f"{d}: {key(h)} has shape {list(shape[key(h)])} where its config.json implies "
+                              f"{list(want)}; the weights do not belong to this config")
     def tensor(name):
         h, t = pairs[name]
         w = raw(key(h)).float()
@@ -156,13 +167,20 @@ def import_hf(hf_dir, run_dir) -> Path:
     "A new run folder holding a weights-only checkpoint of an HF GPT-2 folder; returns the checkpoint folder."
     from mtnlg.checkpoint import write_weights, step_tag
     run = Path(run_dir)
-    if (run / "config.json").exists() or (run / "checkpoints").exists():
-        raise ExportError(f"--out {run}: holds a run already; import into a new folder")
+    if run.exists() and (not run.is_dir() or any(run.iterdir())):
+        raise ExportError(f"--out {run}: exists and is not empty; import into a new folder")
     cfg, tensor = hf_tensors(hf_dir)
+    part = run.with_name(run.name + ".importing")         # written here, renamed into place when complete
+    shutil.rmtree(part, ignore_errors=True)               # what a killed import left
     rc = RunConfig(model=cfg, out=str(run))
-    ck = write_weights(run / "checkpoints" / step_tag(0), rc, tensor, dict(source=str(hf_dir)))
-    save_config(rc, run / "config.json")
-    return ck
+    write_weights(part / "checkpoints" / step_tag(0), rc, tensor, dict(source=str(hf_dir)))
+    save_config(rc, part / "config.json")
+    if run.exists(): run.rmdir()
+    os.replace(part, run)
+    parent = os.open(run.parent, os.O_RDONLY)             # the rename itself survives a crash
+    os.fsync(parent)
+    os.close(parent)
+    return run / "checkpoints" / step_tag(0)
 
 # %% ../nbs/08_export.ipynb #f0b6b16f
 def cli_parser(parser):

@@ -68,7 +68,28 @@ def test_import_hf_gpt2_into_project_model(tmp_path, text_ids, act):
     gpt = sc.fn.__self__
     with torch.no_grad(): a, b = gpt(text_ids), hf(input_ids=text_ids).logits
     assert (a - b).abs().max().item() < 1e-5
-    with pytest.raises(ex.ExportError, match="holds a run already"): ex.import_hf(tmp_path / "src", tmp_path / "run")
+    with pytest.raises(ex.ExportError, match="exists and is not empty"): ex.import_hf(tmp_path / "src", tmp_path / "run")
+
+
+def test_import_hf_checks_shapes_first_and_a_killed_import_does_not_block(tmp_path):
+    "Weights whose shapes the config does not imply fail before any write; a killed import's leftovers are redone."
+    import json, shutil
+    from transformers import GPT2Config, GPT2LMHeadModel
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=4, n_positions=64)).save_pretrained(tmp_path / "src")
+    bad = tmp_path / "bad"
+    shutil.copytree(tmp_path / "src", bad)
+    hf_cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**hf_cfg, "n_positions": 32}))
+    with pytest.raises(ex.ExportError, match=r"wpe.weight has shape \[64, 32\] where its config.json implies \[32, 32\]"):
+        ex.import_hf(bad, tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.importing").exists()
+    left = tmp_path / "run.importing" / "checkpoints" / "step_00000000"      # what a kill mid-write leaves
+    left.mkdir(parents=True)
+    (left / "__0_0.distcp").write_bytes(b"half")
+    (tmp_path / "run").mkdir()                                              # an empty target folder is fine
+    ck = ex.import_hf(tmp_path / "src", tmp_path / "run")
+    assert (ck / "COMPLETE").exists() and (tmp_path / "run" / "config.json").exists()
+    assert not (tmp_path / "run.importing").exists()
 
 
 def test_export_run_and_cli(tmp_path):
