@@ -2,6 +2,7 @@
 `hf` model on the same weights (an HF GPT-2 folder imported into a run), in one run, on the same tasks.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/eval_throughput.py [--layers 4] [--hidden 256] [--limit 200]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/eval_throughput.py --replicas 2    # `mtnlg eval --dp 2` vs --dp 1
 
 The model is a random GPT-2 of the given size (speed does not depend on the weights); the data is the local
 evaluation root (../shared/data/eval or $MTNLG_EVAL_DATA). Prints one JSON line per (model, task) and the ratio.
@@ -36,6 +37,32 @@ def timed(lm, tasks, shots, limit, data):
     return docs, secs, res
 
 
+def cli_seconds(run: Path, dp: int, a) -> tuple[float, dict]:
+    "(wall seconds, printed accuracies) of `mtnlg eval --checkpoint run --dp dp`: process start and load included."
+    import subprocess, sys
+    cmd = [str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run), "--tasks", a.tasks, "--shots",
+           str(a.shots), "--limit", str(a.limit), "--batch-size", str(a.batch_size), "--dp", str(dp), "--json",
+           "--out", str(run.parent / f"eval_dp{dp}")]
+    if a.data: cmd += ["--data", a.data]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), check=True)
+    return time.perf_counter() - t0, json.loads(p.stdout)
+
+
+def replicas(a):
+    "Wall time of `mtnlg eval` at --dp 1 and --dp a.replicas on the same run, in one run of this script."
+    from mtnlg.export import import_hf
+    with tempfile.TemporaryDirectory() as td:
+        run = Path(td) / "run"
+        import_hf(make_hf(Path(td) / "hf", a.layers, a.hidden, a.heads, a.seq), run)
+        secs = {}
+        for dp in (1, a.replicas):
+            secs[dp], acc = cli_seconds(run, dp, a)
+            print(json.dumps({"dp": dp, "seconds": round(secs[dp], 1), "accuracy": acc}))
+    print(json.dumps({"speedup_dp": round(secs[1] / secs[a.replicas], 3), "replicas": a.replicas, "tasks": a.tasks,
+                      "limit": a.limit, "layers": a.layers, "hidden": a.hidden, "cpus": os.cpu_count()}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -47,7 +74,9 @@ def main():
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--tasks", default="piqa,hellaswag,lambada")
     ap.add_argument("--data", default=None)
+    ap.add_argument("--replicas", type=int, default=0, help="compare `mtnlg eval --dp N` with --dp 1 instead")
     a = ap.parse_args()
+    if a.replicas: return replicas(a)
     from lm_eval.models.huggingface import HFLM
     from mtnlg.eval import MtnlgLM, load_model_for_eval, run_tokenizer
     from mtnlg.export import import_hf
