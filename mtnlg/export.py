@@ -29,9 +29,9 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32"):
     return GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.seq_length, n_embd=cfg.hidden_size,
                       n_layer=cfg.num_layers, n_head=cfg.num_heads, n_inner=cfg.ffn_hidden_size,
                       activation_function=act, layer_norm_epsilon=cfg.layernorm_eps,
-                      resid_pdrop=cfg.hidden_dropout, embd_pdrop=cfg.hidden_dropout, attn_pdrop=cfg.attention_dropout,
-                      tie_word_embeddings=cfg.tie_embeddings, bos_token_id=50256, eos_token_id=50256,
-                      torch_dtype=dtype)
+                      resid_pdrop=cfg.hidden_dropout, embd_pdrop=cfg.hidden_dropout,
+                      attn_pdrop=cfg.attention_dropout, tie_word_embeddings=cfg.tie_embeddings,
+                      bos_token_id=50256, eos_token_id=50256, torch_dtype=dtype)
 
 def model_config_from_hf(hf) -> ModelConfig:
     "The project `ModelConfig` of a `GPT2Config`."
@@ -40,9 +40,10 @@ def model_config_from_hf(hf) -> ModelConfig:
         raise ExportError(f"activation_function {hf.activation_function!r}: only GPT-2's GELUs import "
                           f"({', '.join(HF_ACTIVATIONS)})")
     return ModelConfig(num_layers=hf.n_layer, hidden_size=hf.n_embd, num_heads=hf.n_head,
-                       ffn_hidden_size=hf.n_inner or 4 * hf.n_embd, seq_length=hf.n_positions, vocab_size=hf.vocab_size,
-                       hidden_dropout=hf.resid_pdrop, attention_dropout=hf.attn_pdrop, activation=act,
-                       layernorm_eps=hf.layer_norm_epsilon, tie_embeddings=bool(hf.tie_word_embeddings))
+                       ffn_hidden_size=hf.n_inner or 4 * hf.n_embd, seq_length=hf.n_positions,
+                       vocab_size=hf.vocab_size, hidden_dropout=hf.resid_pdrop,
+                       attention_dropout=hf.attn_pdrop, activation=act, layernorm_eps=hf.layer_norm_epsilon,
+                       tie_embeddings=bool(hf.tie_word_embeddings))
 
 # %% ../nbs/08_export.ipynb #5edadf5f
 _PAIRS = [("ln1.weight", "ln_1.weight", False), ("ln1.bias", "ln_1.bias", False),
@@ -56,8 +57,10 @@ def name_groups(cfg: ModelConfig) -> list[list[tuple[str, str, bool]]]:
     "(project name, HF GPT-2 name, transposed) of every tensor, one group per block (embeddings, blocks, final)."
     out = [[("embedding.word.weight", "transformer.wte.weight", False),
             ("embedding.pos.weight", "transformer.wpe.weight", False)]]
-    out += [[(f"blocks.{i}.{a}", f"transformer.h.{i}.{b}", t) for a, b, t in _PAIRS] for i in range(cfg.num_layers)]
-    last = [("final_norm.ln.weight", "transformer.ln_f.weight", False), ("final_norm.ln.bias", "transformer.ln_f.bias", False)]
+    out += [[(f"blocks.{i}.{a}", f"transformer.h.{i}.{b}", t) for a, b, t in _PAIRS]
+            for i in range(cfg.num_layers)]
+    last = [("final_norm.ln.weight", "transformer.ln_f.weight", False),
+            ("final_norm.ln.bias", "transformer.ln_f.bias", False)]
     if not cfg.tie_embeddings: last.append(("head.out.weight", "lm_head.weight", False))
     return out + [last]
 
@@ -68,7 +71,9 @@ def name_map(cfg: ModelConfig) -> list[tuple[str, str, bool]]:
 def full_to_hf_state(full: dict, cfg: ModelConfig) -> dict:
     "HF GPT-2 state dict of a dict of the project's full tensors."
     missing = [p for p, _, _ in name_map(cfg) if p not in full]
-    if missing: raise ExportError(f"full state lacks {missing[:3]} ({len(missing)} tensors); it is not for this model config")
+    if missing:
+        raise ExportError(f"full state lacks {missing[:3]} ({len(missing)} tensors); it is not for this "
+                          "model config")
     return {h: (full[p].t() if t else full[p]).float().contiguous().clone() for p, h, t in name_map(cfg)}
 
 # %% ../nbs/08_export.ipynb #d506c810
@@ -105,7 +110,8 @@ def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
         index.update({h: name for h in shard})
         del got, shard
     size = sum(f.stat().st_size for f in tmp.glob("*.safetensors"))
-    (tmp / "model.safetensors.index.json").write_text(json.dumps(dict(metadata=dict(total_size=size), weight_map=index)))
+    (tmp / "model.safetensors.index.json").write_text(json.dumps(dict(metadata=dict(total_size=size),
+                                                                      weight_map=index)))
     hf_config(cfg, "bfloat16" if dtype == "bf16" else "float32").save_pretrained(tmp)
     _copy_tokenizer(run.data.tokenizer, tmp)
     if out.exists(): shutil.rmtree(out)
@@ -120,10 +126,12 @@ def export_run(run_dir, out_dir, dtype: str = "bf16") -> Path:
 def hf_tensors(hf_dir):
     "(ModelConfig, tensor(name) -> the project's full fp32 tensor `name`) of a local transformers GPT-2 folder."
     d = Path(hf_dir)
-    if not (d / "config.json").exists(): raise ExportError(f"{d}: no config.json; pass a transformers GPT-2 folder")
+    if not (d / "config.json").exists():
+        raise ExportError(f"{d}: no config.json; pass a transformers GPT-2 folder")
     from transformers import GPT2Config
     hf = GPT2Config.from_pretrained(str(d))
-    if hf.model_type != "gpt2": raise ExportError(f"{d}: model_type {hf.model_type!r}; only GPT-2 checkpoints import")
+    if hf.model_type != "gpt2":
+        raise ExportError(f"{d}: model_type {hf.model_type!r}; only GPT-2 checkpoints import")
     cfg = model_config_from_hf(hf)
     files = sorted(d.glob("*.safetensors"))
     if files:
@@ -186,11 +194,15 @@ def import_hf(hf_dir, run_dir) -> Path:
 def cli_parser(parser):
     "Flags of `mtnlg export`."
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", metavar="RUN_DIR", help="run folder of `mtnlg train` (or one checkpoint folder)")
-    src.add_argument("--import-hf", metavar="DIR", help="HF GPT-2 folder to import into a new run folder (--out)")
-    parser.add_argument("--format", default="hf", choices=["hf"], help="export format (hf: transformers GPT-2)")
+    src.add_argument("--checkpoint", metavar="RUN_DIR",
+                     help="run folder of `mtnlg train` (or one checkpoint folder)")
+    src.add_argument("--import-hf", metavar="DIR",
+                     help="HF GPT-2 folder to import into a new run folder (--out)")
+    parser.add_argument("--format", default="hf", choices=["hf"],
+                        help="export format (hf: transformers GPT-2)")
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="exported weights' precision")
-    parser.add_argument("--out", required=True, help="output folder (HF folder on export, run folder on import)")
+    parser.add_argument("--out", required=True,
+                        help="output folder (HF folder on export, run folder on import)")
     return parser
 
 def cli_run(args) -> int:

@@ -24,7 +24,8 @@ class GenerateError(ValueError):
 @dataclass
 class Sampling:
     "How to pick tokens: greedy unless `do_sample`; temperature, top-k and top-p apply when sampling."
-    max_new_tokens: int = 32       # tokens to generate after each prompt (the prompt + these must fit the context)
+    # tokens to generate after each prompt (the prompt + these must fit the context)
+    max_new_tokens: int = 32
     do_sample: bool = False        # False: greedy (argmax)
     temperature: float = 1.0       # > 0; divides the logits
     top_k: int = 0                 # keep the k most likely tokens (0: all)
@@ -32,7 +33,8 @@ class Sampling:
     seed: int = 1234               # seed of the sampling generator (same seed, same tokens, on any layout)
     stop: list = field(default_factory=list)   # stop strings: a row ends at the first one (cut from its text)
     stop_at_eod: bool = True       # a row ends at the end-of-document token
-    truncate: str = "error"        # prompt longer than context - max_new_tokens: 'error' or 'left' (keep its end)
+    # prompt longer than context - max_new_tokens: 'error' or 'left' (keep its end)
+    truncate: str = "error"
 
     def check(self):
         "Raise `GenerateError` naming the bad setting."
@@ -40,7 +42,8 @@ class Sampling:
         if not self.temperature > 0:
             raise GenerateError(f"temperature {self.temperature}: want > 0 (greedy: do_sample=False)")
         if self.top_k < 0: raise GenerateError(f"top_k {self.top_k}: want >= 0 (0 keeps every token)")
-        if not 0 < self.top_p <= 1: raise GenerateError(f"top_p {self.top_p}: want a probability mass in (0, 1]")
+        if not 0 < self.top_p <= 1:
+            raise GenerateError(f"top_p {self.top_p}: want a probability mass in (0, 1]")
         if self.truncate not in ("error", "left"):
             raise GenerateError(f"truncate {self.truncate!r}: want 'error' or 'left'")
         if isinstance(self.stop, str): self.stop = [self.stop]
@@ -60,8 +63,9 @@ def prepare_prompts(ids: list[list[int]], max_len: int, s: Sampling) -> list[lis
     for i, x in enumerate(ids):
         if len(x) == 0: raise GenerateError(f"prompt {i} is empty: give at least one token of text")
         if len(x) > room and s.truncate != "left":
-            raise GenerateError(f"prompt {i} has {len(x)} tokens; with max_new_tokens {s.max_new_tokens} the context "
-                                f"of {max_len} leaves {room}: shorten it, lower max_new_tokens, or truncate='left'")
+            raise GenerateError(f"prompt {i} has {len(x)} tokens; with max_new_tokens {s.max_new_tokens} the "
+                                f"context of {max_len} leaves {room}: shorten it, lower max_new_tokens, or "
+                                "truncate='left'")
         out.append(list(x)[-room:])
     return out
 
@@ -93,12 +97,15 @@ class KVCache:
         "Start a step of `valid.shape[1]` new positions (`valid` [B, S]: True for real tokens)."
         B, S = valid.shape
         a = self.length
-        if a + S > self.capacity: raise GenerateError(f"KV cache full: {a} + {S} positions > capacity {self.capacity}")
-        if self.valid is None: self.valid = torch.zeros(B, self.capacity, dtype=torch.bool, device=valid.device)
+        if a + S > self.capacity:
+            raise GenerateError(f"KV cache full: {a} + {S} positions > capacity {self.capacity}")
+        if self.valid is None:
+            self.valid = torch.zeros(B, self.capacity, dtype=torch.bool, device=valid.device)
         self.valid[:, a:a + S] = valid
         q = torch.arange(a, a + S, device=valid.device)[:, None]
         kpos = torch.arange(a + S, device=valid.device)[None]
-        self.mask = (((kpos <= q)[None] & self.valid[:, None, :a + S]) | (kpos == q)[None])[:, None]   # [B, 1, S, a+S]
+        # [B, 1, S, a+S]
+        self.mask = (((kpos <= q)[None] & self.valid[:, None, :a + S]) | (kpos == q)[None])[:, None]
 
     def layer(self, i: int) -> Callable:
         "The cache of layer `i`, as `Attention` calls it: (k, v) of the new positions -> (all k, all v, mask)."
@@ -116,7 +123,8 @@ class KVCache:
 # %% ../nbs/13_generate.ipynb #1b434993
 def stage_layers(num_layers: int, pp: int, pp_rank: int) -> range:
     "The blocks of pipeline stage `pp_rank`: an even split of `num_layers` over `pp` stages."
-    if not 1 <= pp <= num_layers: raise GenerateError(f"pp {pp}: want 1..{num_layers} stages for {num_layers} layers")
+    if not 1 <= pp <= num_layers:
+        raise GenerateError(f"pp {pp}: want 1..{num_layers} stages for {num_layers} layers")
     return range(pp_rank * num_layers // pp, (pp_rank + 1) * num_layers // pp)
 
 class Stage(nn.Module):
@@ -147,7 +155,8 @@ class ModelDecoder:
             self.prev = ps.get_pipeline_model_parallel_prev_rank()
             self.next = ps.get_pipeline_model_parallel_next_rank()
             self.src = dist.get_global_rank(self.group, self.pp - 1)
-        self.picks = self.last                            # this rank picks tokens (all TP ranks of the last stage)
+        # this rank picks tokens (all TP ranks of the last stage)
+        self.picks = self.last
 
     def new_cache(self, capacity: int) -> KVCache: return KVCache(capacity)
 
@@ -176,7 +185,8 @@ class ModelDecoder:
         "The last stage's picked tokens [B], on every stage."
         if self.pp == 1: return tokens
         import torch.distributed as dist
-        t = tokens.to(self.device).contiguous() if self.picks else torch.empty_like(tokens, device=self.device)
+        t = (tokens.to(self.device).contiguous() if self.picks
+             else torch.empty_like(tokens, device=self.device))
         dist.broadcast(t, self.src, group=self.group)
         return t.cpu()
 
@@ -199,8 +209,8 @@ class HFDecoder:
     def step(self, cache: _HFCache, tokens, positions, valid):
         "The last position's logits [B, vocab]."
         cache.mask = valid.long() if cache.mask is None else torch.cat([cache.mask, valid.long()], 1)
-        out = self.m(input_ids=tokens, position_ids=positions, attention_mask=cache.mask, past_key_values=cache.past,
-                     use_cache=True)
+        out = self.m(input_ids=tokens, position_ids=positions, attention_mask=cache.mask,
+                     past_key_values=cache.past, use_cache=True)
         cache.past = out.past_key_values
         return out.logits[:, -1].float()
 
@@ -224,8 +234,8 @@ class Generator:
     def __init__(self, decoder, tokenizer, rank0: bool = True):
         self.dec, self.tok, self.rank0 = decoder, tokenizer, rank0
 
-    def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True, on_text: Callable | None = None,
-                 batch_size: int = 8, **settings) -> list[Generation]:
+    def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True,
+                 on_text: Callable | None = None, batch_size: int = 8, **settings) -> list[Generation]:
         "Continue each prompt (a string or a list of strings) in batches; `on_text(piece)` streams a single prompt's text."
         s = (sampling or Sampling(**settings)).check()
         single = isinstance(prompts, str)
@@ -237,7 +247,8 @@ class Generator:
         if batch_size < 1: raise GenerateError(f"batch_size {batch_size}: want >= 1")
         rows = []
         for b in range(0, len(ids), batch_size):
-            rows += self.generate_ids(ids[b:b + batch_size], s, use_cache, on_text if len(prompts) == 1 else None)
+            rows += self.generate_ids(ids[b:b + batch_size], s, use_cache,
+                                      on_text if len(prompts) == 1 else None)
         out = [Generation(p, *r) for p, r in zip(prompts, rows)]
         return out[0] if single else out
 
@@ -257,7 +268,8 @@ class Generator:
         shown = 0
         for t in range(s.max_new_tokens):
             if use_cache: logits = self.dec.step(cache, *(x.to(dev) for x in step))
-            else: logits = self.dec.step(self.dec.new_cache(seq.shape[1]), seq.to(dev), seq_pos.to(dev), seq_valid.to(dev))
+            else: logits = self.dec.step(self.dec.new_cache(seq.shape[1]), seq.to(dev), seq_pos.to(dev),
+                                         seq_valid.to(dev))
             nxt = next_tokens(logits, s, gen) if self.dec.picks else torch.zeros(B, dtype=torch.long)
             nxt = self.dec.share(nxt)
             for r in range(B):
@@ -267,7 +279,8 @@ class Generator:
                 if s.stop or (r == 0 and on_text is not None):         # text only when something reads it
                     text[r] = self.tok.detokenize(out[r])
                 if s.stop and _stop_at(text[r], s.stop) is not None: finish[r] = "stop"
-            if on_text is not None and self.rank0: shown = self._stream(on_text, text[0], shown, s, bool(finish[0]))
+            if on_text is not None and self.rank0:
+                shown = self._stream(on_text, text[0], shown, s, bool(finish[0]))
             if all(finish): break
             step = (nxt[:, None], nxt_pos[:, None], torch.ones(B, 1, dtype=torch.bool))
             if not use_cache:
@@ -303,7 +316,8 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") ->
     if not Path(source).exists():
         raise GenerateError(f"--checkpoint {source}: no such folder; pass a run folder or an HF model folder")
     if is_hf_dir(source):
-        if tp * pp > 1: raise GenerateError("--tp/--pp apply to run folders; an HF model decodes on one process")
+        if tp * pp > 1:
+            raise GenerateError("--tp/--pp apply to run folders; an HF model decodes on one process")
         from transformers import AutoModelForCausalLM
         from mtnlg.eval import _hf_tokenizer
         m = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
@@ -347,8 +361,10 @@ def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size:
         res = [None] * len(chunk)
         for (until, n, sample, temp), idx in groups.items():
             n = min(n, gen.dec.max_len - 1)
-            s = Sampling(max_new_tokens=n, do_sample=sample, temperature=temp, stop=list(until), truncate="left")
-            ids = prepare_prompts([gen.tok.tokenize(chunk[i][0]) or [gen.tok.eod] for i in idx], gen.dec.max_len, s.check())
+            s = Sampling(max_new_tokens=n, do_sample=sample, temperature=temp, stop=list(until),
+                         truncate="left")
+            ids = prepare_prompts([gen.tok.tokenize(chunk[i][0]) or [gen.tok.eod] for i in idx],
+                                  gen.dec.max_len, s.check())
             for i, r in zip(idx, gen.generate_ids(ids, s)): res[i] = r[0]
         out += res
     return out
@@ -356,8 +372,8 @@ def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size:
 # %% ../nbs/13_generate.ipynb #effb1b99
 def _sampling_argv(s: Sampling) -> list[str]:
     "The flags of `mtnlg generate` that give `s`."
-    argv = ["--max-new-tokens", str(s.max_new_tokens), "--temperature", repr(s.temperature), "--top-k", str(s.top_k),
-            "--top-p", repr(s.top_p), "--seed", str(s.seed), "--truncate", s.truncate]
+    argv = ["--max-new-tokens", str(s.max_new_tokens), "--temperature", repr(s.temperature), "--top-k",
+            str(s.top_k), "--top-p", repr(s.top_p), "--seed", str(s.seed), "--truncate", s.truncate]
     for x in s.stop: argv += ["--stop", x]
     return argv + (["--sample"] if s.do_sample else []) + ([] if s.stop_at_eod else ["--no-stop-at-eod"])
 
@@ -368,7 +384,8 @@ def _write_prompts(path, prompts: list[str]):
 def read_prompts(path) -> list[str]:
     "Prompts of a file: a `.jsonl` of `{'prompt': ...}` lines, else one prompt a line (blank lines skipped)."
     p = Path(path)
-    if not p.is_file(): raise GenerateError(f"--prompts {p}: no such file; want one prompt a line (or .jsonl)")
+    if not p.is_file():
+        raise GenerateError(f"--prompts {p}: no such file; want one prompt a line (or .jsonl)")
     lines = [l for l in p.read_text(encoding="utf-8").split("\n") if l.strip()]
     if p.suffix == ".jsonl":
         try: out = [json.loads(l)["prompt"] for l in lines]
@@ -378,10 +395,12 @@ def read_prompts(path) -> list[str]:
     if not out: raise GenerateError(f"--prompts {p}: the file holds no prompt")
     return out
 
-_LOADED: dict = {}          # the last model loaded on this process by generate_run (notebooks call it repeatedly)
+# the last model loaded on this process by generate_run (notebooks call it repeatedly)
+_LOADED: dict = {}
 
-def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling | None = None, use_cache: bool = True,
-                 batch_size: int = 8, precision: str = "fp32", **settings) -> list[Generation]:
+def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling | None = None,
+                 use_cache: bool = True, batch_size: int = 8, precision: str = "fp32",
+                 **settings) -> list[Generation]:
     "Generations of a run (or HF) folder on a tp x pp layout: in this process for 1 x 1, else on launched ranks."
     import subprocess, tempfile
     s = (sampling or Sampling(**settings)).check()
@@ -395,13 +414,15 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
         from mtnlg.jobs import launch_command
         with tempfile.TemporaryDirectory() as d:
             _write_prompts(Path(d) / "prompts.jsonl", prompts)
-            argv = ["-m", "mtnlg.generate", "--checkpoint", str(source), "--prompts", str(Path(d) / "prompts.jsonl"),
-                    "--tp", str(tp), "--pp", str(pp), "--batch-size", str(batch_size), "--precision", precision,
-                    "--out", str(Path(d) / "out.json"), "--quiet", *_sampling_argv(s)]
+            argv = ["-m", "mtnlg.generate", "--checkpoint", str(source), "--prompts",
+                    str(Path(d) / "prompts.jsonl"), "--tp", str(tp), "--pp", str(pp), "--batch-size",
+                    str(batch_size), "--precision", precision, "--out", str(Path(d) / "out.json"), "--quiet",
+                    *_sampling_argv(s)]
             argv += [] if use_cache else ["--no-cache"]
             r = subprocess.run(launch_command(argv, tp * pp), capture_output=True, text=True)
             if r.returncode:
-                raise RuntimeError(f"the {tp * pp} generation ranks failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+                raise RuntimeError(f"the {tp * pp} generation ranks failed (exit "
+                                   f"{r.returncode}):\n{r.stderr[-3000:]}")
             out = [Generation(**g) for g in json.loads((Path(d) / "out.json").read_text())]
     return out[0] if one else out
 
@@ -413,21 +434,26 @@ def cli_parser(parser):
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the text to continue")
     src.add_argument("--prompts", metavar="FILE", help="one prompt a line, or a .jsonl of {'prompt': text}")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (prompt + these fit the context)")
+    parser.add_argument("--max-new-tokens", type=int, default=32,
+                        help="tokens to generate (prompt + these fit the context)")
     parser.add_argument("--sample", action="store_true", help="sample (default: greedy)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
     parser.add_argument("--seed", type=int, default=1234, help="sampling seed (same tokens on any layout)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
-    parser.add_argument("--no-stop-at-eod", action="store_true", help="keep going past the end-of-document token")
+    parser.add_argument("--no-stop-at-eod", action="store_true",
+                        help="keep going past the end-of-document token")
     parser.add_argument("--truncate", choices=["error", "left"], default="error",
                         help="a prompt too long for the context: error (default) or keep its last tokens")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (the command starts the ranks)")
+    parser.add_argument("--tp", type=int, default=1,
+                        help="tensor-parallel size (the command starts the ranks)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="weights and activations")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="weights and activations")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
-    parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence each step (no KV cache)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute the whole sequence each step (no KV cache)")
     parser.add_argument("--json", action="store_true", help="print the generations as JSON")
     parser.add_argument("--out", metavar="FILE", help="also write the generations as JSON to FILE")
     parser.add_argument("--quiet", action="store_true", help="print nothing (with --out)")
@@ -455,12 +481,14 @@ def _precheck(args, prompts, s):
 def _cli_run(args) -> int:
     import subprocess
     from mtnlg.train import under_launcher
-    if args.prompt is not None and not args.prompt: raise GenerateError("--prompt is empty: give some text to continue")
+    if args.prompt is not None and not args.prompt:
+        raise GenerateError("--prompt is empty: give some text to continue")
     prompts = [args.prompt] if args.prompt is not None else read_prompts(args.prompts)
     s = _cli_sampling(args)
     if min(args.tp, args.pp) < 1: raise GenerateError(f"--tp {args.tp} --pp {args.pp}: want sizes >= 1")
     if args.batch_size < 1: raise GenerateError(f"--batch-size {args.batch_size}: want >= 1")
-    if not Path(args.checkpoint).exists(): raise GenerateError(f"--checkpoint {args.checkpoint}: no such folder")
+    if not Path(args.checkpoint).exists():
+        raise GenerateError(f"--checkpoint {args.checkpoint}: no such folder")
     parallel = args.tp * args.pp > 1
     if not is_hf_dir(args.checkpoint) and not under_launcher(): _precheck(args, prompts, s)
     if parallel and not under_launcher():
@@ -486,8 +514,8 @@ def _cli_run(args) -> int:
 
 def _rank_argv(args) -> list[str]:
     "The flags of `args` as the command line of a launched rank."
-    argv = ["--checkpoint", str(args.checkpoint), "--tp", str(args.tp), "--pp", str(args.pp), "--precision", args.precision,
-            "--batch-size", str(args.batch_size)]
+    argv = ["--checkpoint", str(args.checkpoint), "--tp", str(args.tp), "--pp", str(args.pp), "--precision",
+            args.precision, "--batch-size", str(args.batch_size)]
     argv += ["--prompt", args.prompt] if args.prompt is not None else ["--prompts", str(args.prompts)]
     argv += _sampling_argv(_cli_sampling(args))
     for flag in ("no_cache", "json", "quiet"):

@@ -45,8 +45,10 @@ def check_parameters(notebook, params: dict) -> dict:
     declared = notebook_parameters(notebook)
     unknown = sorted(set(params) - set(declared))
     if unknown:
-        valid = ", ".join(f"{k} (default {v['default']})" for k, v in declared.items()) or "none: it has no cell tagged 'parameters'"
-        raise JobError(f"{Path(notebook).name} does not declare parameter(s) {', '.join(unknown)}; valid: {valid}")
+        valid = (", ".join(f"{k} (default {v['default']})" for k, v in declared.items())
+                 or "none: it has no cell tagged 'parameters'")
+        raise JobError(f"{Path(notebook).name} does not declare parameter(s) {', '.join(unknown)}; valid: "
+                       f"{valid}")
     return declared
 
 # %% ../nbs/09_jobs.ipynb #4e60caea
@@ -93,11 +95,12 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
     t0, error = time.time(), None
     with open(rd / "run.log", "a") as f:
         handlers = [logging.StreamHandler(f)] + ([logging.StreamHandler(sys.stderr)] if echo else [])
-        for h in handlers: h.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S")); log.addHandler(h)
+        for h in handlers: h.setFormatter(logging.Formatter("%(asctime)s %(message)s",
+                                                            "%H:%M:%S")); log.addHandler(h)
         old_level = log.level; log.setLevel(logging.INFO)
         try:
-            papermill.execute_notebook(str(nb), str(out_nb), parameters=params, kernel_name=kernel, cwd=str(nb.resolve().parent),
-                                       log_output=True, progress_bar=False)
+            papermill.execute_notebook(str(nb), str(out_nb), parameters=params, kernel_name=kernel,
+                                       cwd=str(nb.resolve().parent), log_output=True, progress_bar=False)
         except papermill.PapermillExecutionError as e:
             error = f"cell {e.exec_count}: {e.ename}: {e.evalue}"
             f.write(f"FAILED: {error}\n")
@@ -105,7 +108,9 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
             for h in handlers: log.removeHandler(h)
             log.setLevel(old_level)
     res = RunResult(error is None, rd, out_nb, params, error, round(time.time() - t0, 2))
-    atomic_write_text(rd / "result.json", json.dumps({**meta, "ok": res.ok, "error": error, "seconds": res.seconds}, indent=2, default=str) + "\n")
+    atomic_write_text(rd / "result.json",
+                      json.dumps({**meta, "ok": res.ok, "error": error, "seconds": res.seconds}, indent=2,
+                                 default=str) + "\n")
     return res
 
 # %% ../nbs/09_jobs.ipynb #15f6ef0b
@@ -134,29 +139,35 @@ SRUN_TASK_ENV = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE
                  'GROUP_RANK=$SLURM_NODEID LOCAL_WORLD_SIZE={n}; exec "$@"')
 
 def launch_command(script_args: list[str], nprocs_per_node: int | None = None, nodes: int | None = None, *,
-                   mode: str = "torchrun", port: int | None = None, env=None, python: str | None = None) -> list[str]:
+                   mode: str = "torchrun", port: int | None = None, env=None,
+                   python: str | None = None) -> list[str]:
     "The command that runs `python script_args` on `nprocs_per_node` processes per node: srun inside Slurm, else torchrun."
     env = os.environ if env is None else env
     python = python or sys.executable
     n = int(nprocs_per_node or env.get("SLURM_GPUS_ON_NODE") or 1)
-    if mode not in ("torchrun", "srun"): raise JobError(f"mode {mode!r}: use 'torchrun' (one task per node) or 'srun' (one task per process)")
+    if mode not in ("torchrun", "srun"):
+        raise JobError(f"mode {mode!r}: use 'torchrun' (one task per node) or 'srun' (one task per process)")
     if n < 1: raise JobError(f"nprocs_per_node={n}: must be >= 1")
     torchrun = [python, "-m", "torch.distributed.run"]
     if "SLURM_JOB_ID" not in env:
-        if (nodes or 1) != 1: raise JobError(f"nodes={nodes} needs a Slurm allocation: call this inside sbatch/salloc, or use nodes=1")
-        return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={n}", "--max-restarts=0", *script_args]
+        if (nodes or 1) != 1:
+            raise JobError(f"nodes={nodes} needs a Slurm allocation: call this inside sbatch/salloc, or use "
+                           "nodes=1")
+        return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={n}", "--max-restarts=0",
+                *script_args]
     job = env["SLURM_JOB_ID"]
     have = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
     nodes = int(nodes or have)
-    if not 1 <= nodes <= have: raise JobError(f"nodes={nodes}: the allocation of job {job} has {have} node(s)")
+    if not 1 <= nodes <= have:
+        raise JobError(f"nodes={nodes}: the allocation of job {job} has {have} node(s)")
     master = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost")[0]
     port = int(port or env.get("MASTER_PORT") or 20000 + int(re.sub(r"\D", "", job) or 0) % 20000)
     cpus = int(env.get("SLURM_CPUS_ON_NODE") or n)
     srun = ["srun", f"--nodes={nodes}", "--kill-on-bad-exit=1"]
     if mode == "torchrun":
         return [*srun, f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", *torchrun,
-                f"--nnodes={nodes}", f"--nproc-per-node={n}", "--rdzv-backend=c10d", f"--rdzv-endpoint={master}:{port}",
-                f"--rdzv-id={job}", "--max-restarts=0", *script_args]
+                f"--nnodes={nodes}", f"--nproc-per-node={n}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={master}:{port}", f"--rdzv-id={job}", "--max-restarts=0", *script_args]
     return [*srun, f"--ntasks={nodes * n}", f"--ntasks-per-node={n}", f"--cpus-per-task={max(1, cpus // n)}",
             "--distribution=block:block", f"--export=ALL,MASTER_ADDR={master},MASTER_PORT={port}",
             "bash", "-c", SRUN_TASK_ENV.format(n=n), "mtnlg-task", python, *script_args]
@@ -238,8 +249,10 @@ class SlurmSpec:
     cpus_per_task: int | None = None # CPUs for the batch task (None: the whole node when exclusive)
     ntasks_per_node: int = 1         # tasks of the allocation per node (the notebook's srun sets its own)
     exclusive: bool | None = None    # whole nodes (None: yes for GPU jobs)
-    requeue: bool = False            # requeue on preemption/time limit, then resume from the latest checkpoint
-    grace: int = 300                 # seconds before the time limit at which a requeueable job requeues itself
+    # requeue on preemption/time limit, then resume from the latest checkpoint
+    requeue: bool = False
+    # seconds before the time limit at which a requeueable job requeues itself
+    grace: int = 300
     extra: list = field(default_factory=list)  # more `#SBATCH` options, e.g. ["--qos=high"]
 
     def validate(self):
@@ -248,11 +261,13 @@ class SlurmSpec:
         if self.gpus_per_node < 0: raise JobError(f"--gpus-per-node {self.gpus_per_node}: must be >= 0")
         if self.time is not None and not _TIME.match(self.time):
             raise JobError(f"--time {self.time!r}: use HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00")
-        if self.cpus_per_task is not None and self.cpus_per_task < 1: raise JobError(f"--cpus-per-task {self.cpus_per_task}: must be >= 1")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise JobError(f"--cpus-per-task {self.cpus_per_task}: must be >= 1")
         if self.ntasks_per_node < 1: raise JobError(f"--ntasks-per-node {self.ntasks_per_node}: must be >= 1")
         if self.requeue and self.time and _seconds(self.time) <= 2 * self.grace:
-            raise JobError(f"--requeue with --time {self.time}: the job requeues itself {self.grace}s before its limit; "
-                           f"give a --time longer than {2 * self.grace}s or a smaller --requeue-grace")
+            raise JobError(f"--requeue with --time {self.time}: the job requeues itself {self.grace}s before "
+                           f"its limit; give a --time longer than {2 * self.grace}s or a smaller "
+                           "--requeue-grace")
         return self
 
 # %% ../nbs/09_jobs.ipynb #df2f496b
@@ -263,23 +278,28 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
     nb, run_dir = Path(notebook).resolve(), Path(run_dir).resolve()
     declared = check_parameters(nb, params)
     if spec.requeue and "resume" not in declared:
-        raise JobError(f"--requeue: {nb.name} declares no `resume` parameter, so a requeued job would start over; "
-                       f"add `resume = False` to its parameters cell (and resume from the latest checkpoint when True)")
-    d = [f"--job-name={job_name or nb.stem}", f"--nodes={spec.nodes}", f"--ntasks-per-node={spec.ntasks_per_node}"]
+        raise JobError(f"--requeue: {nb.name} declares no `resume` parameter, so a requeued job would start "
+                       "over; add `resume = False` to its parameters cell (and resume from the latest "
+                       "checkpoint when True)")
+    d = [f"--job-name={job_name or nb.stem}", f"--nodes={spec.nodes}",
+         f"--ntasks-per-node={spec.ntasks_per_node}"]
     if spec.gpus_per_node: d.append(f"--gpus-per-node={spec.gpus_per_node}")
     if spec.cpus_per_task: d.append(f"--cpus-per-task={spec.cpus_per_task}")
     if spec.partition: d.append(f"--partition={spec.partition}")
     if spec.account: d.append(f"--account={spec.account}")
     if spec.time: d.append(f"--time={spec.time}")
     if spec.exclusive or (spec.exclusive is None and spec.gpus_per_node > 0): d.append("--exclusive")
-    d += [f"--chdir={Path(workdir or Path.cwd()).resolve()}", f"--output={run_dir}/slurm-%j.out", "--open-mode=append"]
+    d += [f"--chdir={Path(workdir or Path.cwd()).resolve()}", f"--output={run_dir}/slurm-%j.out",
+          "--open-mode=append"]
     d += ["--requeue", f"--signal=B:USR1@{spec.grace}"] if spec.requeue else ["--no-requeue"]
     d += list(spec.extra)
     run = ["mtnlg", "job", "run", str(nb), "--run-dir", str(run_dir), "--kernel", kernel or default_kernel()]
     for k, v in params.items(): run += [format_value(v)[0], k, format_value(v)[1]]
-    run_cmd = shlex.join(run) + (' -p resume "$RESUME"' if "resume" in declared and "resume" not in params else "")
-    trap = ("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol requeue \"$SLURM_JOB_ID\"' USR1"
-            if spec.requeue else "")
+    run_cmd = (shlex.join(run) + (' -p resume "$RESUME"' if "resume" in declared and "resume" not in params
+                                  else ""))
+    trap = (("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol requeue "
+             "\"$SLURM_JOB_ID\"' USR1"
+             if spec.requeue else ""))
     return SBATCH_TEMPLATE.format(
         notebook_name=nb.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, run_dir=run_dir,
         directives="\n".join(f"#SBATCH {x}" for x in d), env_activate=env_activate_line(env_activate),
@@ -287,14 +307,17 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
         trap=trap, run_command=run_cmd)
 
 # %% ../nbs/09_jobs.ipynb #bca17aa2
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED"}
 
 def _slurm(*cmd, check=True) -> str:
     "Run a Slurm client command; `JobError` with its message when it fails or is missing."
     if shutil.which(cmd[0]) is None:
-        raise JobError(f"{cmd[0]} not found: run this on a Slurm login node (or use --dry-run to only print the script)")
+        raise JobError(f"{cmd[0]} not found: run this on a Slurm login node (or use --dry-run to only print "
+                       "the script)")
     p = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check and p.returncode != 0: raise JobError(f"{shlex.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
+    if check and p.returncode != 0:
+        raise JobError(f"{shlex.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
     return p.stdout
 
 def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, *, name: str | None = None,
@@ -307,8 +330,10 @@ def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, 
     rd.mkdir(parents=True)
     atomic_write_text(rd / "job.sbatch", script)
     job = _slurm("sbatch", "--parsable", str(rd / "job.sbatch")).strip().split(";")[0]
-    atomic_write_text(rd / "submit.json", json.dumps({"job_id": job, "notebook": str(nb.resolve()), "parameters": params,
-                  "spec": spec.__dict__, "submitted": _dt.datetime.now().isoformat(timespec="seconds")}, indent=2) + "\n")
+    atomic_write_text(rd / "submit.json",
+                      json.dumps({"job_id": job, "notebook": str(nb.resolve()), "parameters": params,
+                  "spec": spec.__dict__, "submitted": _dt.datetime.now().isoformat(timespec="seconds")},
+                                 indent=2) + "\n")
     return job, rd
 
 def parse_scontrol(text: str) -> dict:
@@ -330,7 +355,8 @@ def wait_job(job_id, timeout: float = 600, poll: float = 0.5) -> dict:
     while True:
         info = job_info(job_id)
         if info.get("JobState") in TERMINAL: return info
-        if time.monotonic() > end: raise JobError(f"job {job_id} still {info.get('JobState')} after {timeout}s")
+        if time.monotonic() > end:
+            raise JobError(f"job {job_id} still {info.get('JobState')} after {timeout}s")
         time.sleep(poll)
 
 def cancel(job_id) -> None:
@@ -343,9 +369,11 @@ def _param_args(p):
                    help="notebook parameter (JSON/True/False/None, else string); repeatable")
     p.add_argument("-r", "--raw", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                    help="notebook parameter kept as a string")
-    p.add_argument("--name", default=None, help="run name (default: the notebook's name): runs/<name>/<timestamp>/")
+    p.add_argument("--name", default=None,
+                   help="run name (default: the notebook's name): runs/<name>/<timestamp>/")
     p.add_argument("--runs-dir", default="runs", help="root of the run directories")
-    p.add_argument("--kernel", default=None, help="Jupyter kernel (default $MTNLG_KERNEL or python3 = this interpreter)")
+    p.add_argument("--kernel", default=None,
+                   help="Jupyter kernel (default $MTNLG_KERNEL or python3 = this interpreter)")
 
 def _params(args) -> dict:
     out = {k: parse_value(v) for k, v in args.parameter}
@@ -357,22 +385,29 @@ def cli_parser(parser):
     sub = parser.add_subparsers(dest="job_command", metavar="ACTION", required=True)
     r = sub.add_parser("run", help="execute a notebook locally with papermill into runs/<name>/<timestamp>/")
     r.add_argument("notebook"); _param_args(r)
-    r.add_argument("--run-dir", default=None, help="exact run directory (default: a new runs/<name>/<timestamp>)")
+    r.add_argument("--run-dir", default=None,
+                   help="exact run directory (default: a new runs/<name>/<timestamp>)")
     r.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
     s = sub.add_parser("submit", help="render an sbatch script that runs the notebook, and submit it")
     s.add_argument("notebook"); _param_args(s)
     s.add_argument("--nodes", type=int, default=1); s.add_argument("--gpus-per-node", type=int, default=8)
-    s.add_argument("--partition", default=None); s.add_argument("--time", default=None, help="HH:MM:SS or D-HH:MM:SS")
+    s.add_argument("--partition", default=None)
+    s.add_argument("--time", default=None, help="HH:MM:SS or D-HH:MM:SS")
     s.add_argument("--account", default=None); s.add_argument("--cpus-per-task", type=int, default=None)
     s.add_argument("--ntasks-per-node", type=int, default=1)
-    s.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=None, help="whole nodes (default: yes with GPUs)")
-    s.add_argument("--requeue", action="store_true", help="requeue on preemption/time limit; the notebook gets resume=True")
-    s.add_argument("--requeue-grace", type=int, default=300, help="seconds before the time limit at which a --requeue job requeues itself")
+    s.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=None,
+                   help="whole nodes (default: yes with GPUs)")
+    s.add_argument("--requeue", action="store_true",
+                   help="requeue on preemption/time limit; the notebook gets resume=True")
+    s.add_argument("--requeue-grace", type=int, default=300,
+                   help="seconds before the time limit at which a --requeue job requeues itself")
     s.add_argument("--sbatch-arg", action="append", default=[], help="extra #SBATCH option, e.g. --qos=high")
-    s.add_argument("--env-activate", default=None, help=f"one of {', '.join(ENV_ACTIVATE)} or a shell command (default: this venv)")
+    s.add_argument("--env-activate", default=None,
+                   help=f"one of {', '.join(ENV_ACTIVATE)} or a shell command (default: this venv)")
     s.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     st = sub.add_parser("status", help="squeue for your jobs, or one job's state")
-    st.add_argument("job_id", nargs="?"); st.add_argument("--wait", action="store_true", help="wait until the job ends")
+    st.add_argument("job_id", nargs="?")
+    st.add_argument("--wait", action="store_true", help="wait until the job ends")
     c = sub.add_parser("cancel", help="scancel a job"); c.add_argument("job_id")
     lg = sub.add_parser("logs", help="the end of a job's Slurm log"); lg.add_argument("job_id")
     lg.add_argument("-n", "--lines", type=int, default=50)
@@ -382,28 +417,34 @@ def cli_parser(parser):
 def _cli(args) -> int:
     c = args.job_command
     if c == "run":
-        res = run_notebook(args.notebook, _params(args), name=args.name, runs_root=args.runs_dir, run_dir=args.run_dir,
-                           kernel=args.kernel, echo=not args.quiet)
-        print(f"{'done' if res.ok else 'FAILED'}: {res.notebook} ({res.seconds}s)" + (f"\n{res.error}" if res.error else ""))
+        res = run_notebook(args.notebook, _params(args), name=args.name, runs_root=args.runs_dir,
+                           run_dir=args.run_dir, kernel=args.kernel, echo=not args.quiet)
+        print(f"{'done' if res.ok else 'FAILED'}: {res.notebook} ({res.seconds}s)"
+              + (f"\n{res.error}" if res.error else ""))
         return 0 if res.ok else 1
     if c == "submit":
-        spec = SlurmSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, partition=args.partition, time=args.time,
-                         account=args.account, cpus_per_task=args.cpus_per_task, ntasks_per_node=args.ntasks_per_node,
-                         exclusive=args.exclusive, requeue=args.requeue, grace=args.requeue_grace, extra=args.sbatch_arg)
+        spec = SlurmSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, partition=args.partition,
+                         time=args.time, account=args.account, cpus_per_task=args.cpus_per_task,
+                         ntasks_per_node=args.ntasks_per_node, exclusive=args.exclusive, requeue=args.requeue,
+                         grace=args.requeue_grace, extra=args.sbatch_arg)
         if args.dry_run:
             rd = new_run_dir(args.name or Path(args.notebook).stem, args.runs_dir).resolve()
-            print(render_sbatch(args.notebook, _params(args), spec, rd, job_name=args.name, env_activate=args.env_activate,
-                                kernel=args.kernel), end="")
+            print(render_sbatch(args.notebook, _params(args), spec, rd, job_name=args.name,
+                                env_activate=args.env_activate, kernel=args.kernel), end="")
             return 0
         job, rd = submit(args.notebook, _params(args), spec, name=args.name, runs_root=args.runs_dir,
                          env_activate=args.env_activate, kernel=args.kernel)
-        print(f"submitted job {job}; run directory {rd}\nfollow it: mtnlg job status {job} / mtnlg job logs {job}")
+        print(f"submitted job {job}; run directory {rd}\nfollow it: mtnlg job status {job} / mtnlg job logs "
+              f"{job}")
         return 0
     if c == "status":
         if not args.job_id:
-            print(_slurm("squeue", "--user", str(os.getuid()), "-o", "%.10i %.24j %.10T %.10M %.6D %R"), end=""); return 0
+            print(_slurm("squeue", "--user", str(os.getuid()), "-o", "%.10i %.24j %.10T %.10M %.6D %R"),
+                  end="")
+            return 0
         info = wait_job(args.job_id) if args.wait else job_info(args.job_id)
-        for k in ("JobId", "JobName", "JobState", "Reason", "ExitCode", "Restarts", "RunTime", "NodeList", "StdOut"):
+        for k in ("JobId", "JobName", "JobState", "Reason", "ExitCode", "Restarts", "RunTime", "NodeList",
+                  "StdOut"):
             if k in info: print(f"{k:>9}: {info[k]}")
         return 0 if not args.wait or info.get("JobState") == "COMPLETED" else 1
     if c == "cancel":
@@ -411,7 +452,8 @@ def _cli(args) -> int:
     if c == "logs":
         out = job_info(args.job_id).get("StdOut", "")
         if not out or not Path(out).exists():
-            raise JobError(f"job {args.job_id}: no log at {out or '(none)'} yet; it may still be pending (mtnlg job status {args.job_id})")
+            raise JobError(f"job {args.job_id}: no log at {out or '(none)'} yet; it may still be pending "
+                           f"(mtnlg job status {args.job_id})")
         print("\n".join(Path(out).read_text(errors="replace").splitlines()[-args.lines:])); return 0
     raise JobError(f"unknown action {c!r}")
 

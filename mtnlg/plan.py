@@ -28,9 +28,12 @@ class Cluster:
     gpus_per_node: int = 8            # GPUs per node (one NVLink domain)
     gpu_memory_bytes: int = 80 * 2**30 # memory per GPU (80 GiB), before the reserve below
     peak_tflops: float = 312.0        # dense bf16 tensor-core peak per GPU (A100: 312, H100 SXM: 989)
-    intra_node_gbps: float = 300.0    # NVLink GB/s per GPU per direction (A100 NVLink3: 300, H100 NVLink4: 450)
-    inter_node_gbps: float = 25.0     # InfiniBand GB/s per GPU per direction (A100: 8x HDR 200 Gb/s; H100: 8x NDR 400 Gb/s)
-    memory_reserve: float = 0.1       # fraction of GPU memory kept for CUDA context, NCCL buffers, fragmentation
+    # NVLink GB/s per GPU per direction (A100 NVLink3: 300, H100 NVLink4: 450)
+    intra_node_gbps: float = 300.0
+    # InfiniBand GB/s per GPU per direction (A100: 8x HDR 200 Gb/s; H100: 8x NDR 400 Gb/s)
+    inter_node_gbps: float = 25.0
+    # fraction of GPU memory kept for CUDA context, NCCL buffers, fragmentation
+    memory_reserve: float = 0.1
 
     @property
     def gpus(self): return self.nodes * self.gpus_per_node
@@ -40,9 +43,11 @@ class Cluster:
 
     def validate(self):
         "Check sizes; raise `PlanError` naming the field."
-        for f in ("nodes", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_gbps", "inter_node_gbps"):
+        for f in ("nodes", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_gbps",
+                  "inter_node_gbps"):
             if not getattr(self, f) > 0: raise PlanError(f"cluster.{f}: must be > 0, got {getattr(self, f)}")
-        if not 0 <= self.memory_reserve < 1: raise PlanError(f"cluster.memory_reserve: must be in [0, 1), got {self.memory_reserve}")
+        if not 0 <= self.memory_reserve < 1:
+            raise PlanError(f"cluster.memory_reserve: must be in [0, 1), got {self.memory_reserve}")
         return self
 
 CLUSTERS = {
@@ -52,7 +57,8 @@ CLUSTERS = {
 
 def get_cluster(name="dgx-a100-80gb", **overrides) -> Cluster:
     "A preset `Cluster` (see `CLUSTERS`) with field overrides, validated."
-    if name not in CLUSTERS: raise PlanError(f"cluster: unknown preset {name!r}; known: {', '.join(CLUSTERS)}")
+    if name not in CLUSTERS:
+        raise PlanError(f"cluster: unknown preset {name!r}; known: {', '.join(CLUSTERS)}")
     return replace(CLUSTERS[name], **{k: v for k, v in overrides.items() if v is not None}).validate()
 
 # %% ../nbs/01_memory.ipynb #80e8c9f6
@@ -65,7 +71,8 @@ def param_counts(m: ModelConfig, tp: int = 1) -> dict:
     rest = s * h + 2 * h + out_layer
     return dict(per_layer=layer, layers=L * layer, embedding=vp * h, positions=s * h, final_ln=2 * h,
                 output=out_layer, vocab_padded=vp, total=L * layer + vp * h + rest,
-                total_unpadded=L * layer + m.vocab_size * h + rest - out_layer + (0 if m.tie_embeddings else m.vocab_size * h))
+                total_unpadded=L * layer + m.vocab_size * h + rest - out_layer
+                + (0 if m.tie_embeddings else m.vocab_size * h))
 
 # %% ../nbs/01_memory.ipynb #ad138aa2
 def stage_layers(num_layers: int, pp: int) -> list[int]:
@@ -83,8 +90,10 @@ def stage_params(cfg: RunConfig) -> list[int]:
     for i, n in enumerate(stage_layers(m.num_layers, p)):
         x = n * layer
         if i == 0: x += emb + m.seq_length * h
-        if i == p - 1:                  # final LN, and the tied copy of the whole Embedding module (or the untied head)
-            x += 2 * h + (0 if p == 1 and m.tie_embeddings else emb + (m.seq_length * h if m.tie_embeddings else 0))
+        # final LN, and the tied copy of the whole Embedding module (or the untied head)
+        if i == p - 1:
+            x += (2 * h + (0 if p == 1 and m.tie_embeddings
+                           else emb + (m.seq_length * h if m.tie_embeddings else 0)))
         out.append(x)
     return out
 
@@ -97,7 +106,8 @@ _ZERO_PARTS = {1: ("master_fp32", "adam_m", "adam_v"), 2: ("grads", "grads_fp32"
 
 def bytes_per_parameter(precision: str = "bf16") -> dict:
     "Model-state bytes per parameter for Adam in `precision`, by component."
-    if precision not in BYTES_PER_PARAM: raise PlanError(f"precision: want one of {list(BYTES_PER_PARAM)}, got {precision!r}")
+    if precision not in BYTES_PER_PARAM:
+        raise PlanError(f"precision: want one of {list(BYTES_PER_PARAM)}, got {precision!r}")
     return dict(BYTES_PER_PARAM[precision])
 
 def model_state_bytes(n_params: int, precision: str = "bf16", zero_stage: int = 0, dp: int = 1) -> dict:
@@ -114,8 +124,8 @@ def checkpoint_cost(cfg: RunConfig, fs_gb_per_s: float = 100.0, gpus_per_node: i
     n, p = param_counts(cfg.model)["total_unpadded"], cfg.parallel
     per_rank = max(stage_params(cfg)) * 12 / p.dp                # fp32 master + m + v of one ZeRO fragment
     total = 12 * n
-    return dict(total_bytes=total, weights_fp32_bytes=4 * n, adam_bytes=8 * n, bf16_weights_not_stored_bytes=2 * n,
-                deepspeed_format_bytes=14 * n, per_rank_bytes=per_rank,
+    return dict(total_bytes=total, weights_fp32_bytes=4 * n, adam_bytes=8 * n,
+                bf16_weights_not_stored_bytes=2 * n, deepspeed_format_bytes=14 * n, per_rank_bytes=per_rank,
                 per_host_bytes=per_rank * min(gpus_per_node, p.world_size), ranks=p.world_size,
                 write_s=total / (fs_gb_per_s * 1e9))
 
@@ -130,7 +140,8 @@ def _recompute(cfg: RunConfig, recompute=None):
 
 ATTENTION = ("fused", "materialized")
 
-def activation_bytes_per_layer(cfg: RunConfig, recompute=None, sequence_parallel: bool = False, attention: str = "fused") -> float:
+def activation_bytes_per_layer(cfg: RunConfig, recompute=None, sequence_parallel: bool = False,
+                               attention: str = "fused") -> float:
     "Activation bytes one block stores for one micro-batch (Korthikanti et al. 2022, by term; see above)."
     if attention not in ATTENTION: raise PlanError(f"attention: want one of {ATTENTION}, got {attention!r}")
     m, t, b = cfg.model, cfg.parallel.tp, cfg.parallel.micro_batch
@@ -156,9 +167,11 @@ def pipeline_stats(cfg: RunConfig) -> dict:
     "Micro-batches per iteration (per pipeline), 1F1B bubble fraction and tokens per iteration."
     p = cfg.parallel
     m = cfg.optim.global_batch // (p.micro_batch * p.dp)
-    return dict(micro_batches=m, bubble_fraction=(p.pp - 1) / m, tokens_per_iteration=cfg.optim.global_batch * cfg.model.seq_length)
+    return dict(micro_batches=m, bubble_fraction=(p.pp - 1) / m,
+                tokens_per_iteration=cfg.optim.global_batch * cfg.model.seq_length)
 
-def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = False, attention: str = "fused") -> dict:
+def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = False,
+                   attention: str = "fused") -> dict:
     "Per-GPU bytes (model states + activations) of every pipeline stage, and the peak stage."
     m, p = cfg.model, cfg.parallel
     r = _recompute(cfg, recompute)
@@ -171,17 +184,21 @@ def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = Fal
         ms = model_state_bytes(params, cfg.precision, p.zero_stage, p.dp)
         inflight = min(p.pp - i, nmb)
         act = inflight * n * per_layer + (min(k, n) * full_layer if r == "full" else 0)
-        if i == p.pp - 1: act += (2 if cfg.precision == "bf16" else 4) * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
+        if i == p.pp - 1:
+            act += (2 if cfg.precision == "bf16"
+                    else 4) * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
         stages.append(dict(stage=i, layers=n, params=params, inflight=inflight, model_states=ms["total"],
                            model_state_breakdown=ms, activations=act, total=ms["total"] + act))
     peak = max(stages, key=lambda d: d["total"])
-    return dict(recompute=r, sequence_parallel=sequence_parallel, stages=stages, peak=peak, peak_bytes=peak["total"])
+    return dict(recompute=r, sequence_parallel=sequence_parallel, stages=stages, peak=peak,
+                peak_bytes=peak["total"])
 
 # %% ../nbs/01_memory.ipynb #7a8db3d4
 def flops_per_iteration(cfg: RunConfig, recompute=None) -> float:
     "Model FLOPs of one iteration (Narayanan et al. 2021, Eq. 3; 4 passes with full recompute, 3 without)."
     m, B = cfg.model, cfg.optim.global_batch
-    s, h, f, L, V = m.seq_length, m.hidden_size, m.ffn_hidden_size, m.num_layers, m.padded_vocab_size(cfg.parallel.tp)
+    s, h, f, L, V = (m.seq_length, m.hidden_size, m.ffn_hidden_size, m.num_layers,
+                     m.padded_vocab_size(cfg.parallel.tp))
     passes = 4 if _recompute(cfg, recompute) == "full" else 3
     return passes * L * (8 * B * s * h * h + 4 * B * s * h * f + 4 * B * s * s * h) + 6 * B * s * h * V
 
@@ -197,7 +214,8 @@ def _strides(tp, pp, dp, order):
     if order not in ORDERS: raise PlanError(f"order: want one of {ORDERS}, got {order!r}")
     return dict(tp=1, dp=tp, pp=tp * dp) if order == "tp-dp-pp" else dict(tp=1, pp=tp, dp=tp * pp)
 
-def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, pp: int, dp: int, order: str = "tp-dp-pp") -> int:
+def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, pp: int, dp: int,
+            order: str = "tp-dp-pp") -> int:
     "Global rank of grid coordinate (tp_rank, dp_rank, pp_rank)."
     st = _strides(tp, pp, dp, order)
     return tp_rank * st["tp"] + dp_rank * st["dp"] + pp_rank * st["pp"]
@@ -205,8 +223,11 @@ def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, pp: int, dp: int,
 def rank_placement(tp: int, pp: int, dp: int, gpus_per_node: int = 8, order: str = "tp-dp-pp") -> list[dict]:
     "One row per global rank: its node, local rank and tp/pp/dp coordinates; TP groups must not span nodes."
     if gpus_per_node % tp and tp % gpus_per_node == 0 or tp > gpus_per_node:
-        raise PlanError(f"tp={tp} spans nodes of {gpus_per_node} GPUs; use tp <= gpus_per_node so TP all-reduces stay on NVLink")
-    if gpus_per_node % tp: raise PlanError(f"tp={tp} does not divide gpus_per_node={gpus_per_node}; TP groups would straddle nodes")
+        raise PlanError(f"tp={tp} spans nodes of {gpus_per_node} GPUs; use tp <= gpus_per_node so TP "
+                        "all-reduces stay on NVLink")
+    if gpus_per_node % tp:
+        raise PlanError(f"tp={tp} does not divide gpus_per_node={gpus_per_node}; TP groups would straddle "
+                        "nodes")
     st, rows = _strides(tp, pp, dp, order), []
     for r in range(tp * pp * dp):
         c = {k: (r // st[k]) % n for k, n in (("tp", tp), ("dp", dp), ("pp", pp))}
@@ -222,8 +243,10 @@ def parallel_groups(tp: int, pp: int, dp: int, order: str = "tp-dp-pp") -> dict:
         for i in range(others[0][1]):
             for j in range(others[1][1]):
                 co = {others[0][0]: i, others[1][0]: j}
-                groups.append(sorted(rank_of(co.get("tp", k if axis == "tp" else 0), co.get("dp", k if axis == "dp" else 0),
-                                             co.get("pp", k if axis == "pp" else 0), tp, pp, dp, order) for k in range(n)))
+                groups.append(sorted(rank_of(co.get("tp", k if axis == "tp" else 0),
+                                             co.get("dp", k if axis == "dp" else 0),
+                                             co.get("pp", k if axis == "pp" else 0), tp, pp, dp, order)
+                                     for k in range(n)))
         out[axis] = sorted(groups)
     return out
 
@@ -231,7 +254,9 @@ def placement_table(tp, pp, dp, gpus_per_node=8, order="tp-dp-pp", max_rows=None
     "The placement as a text table (rank, node, local rank, tp, pp, dp)."
     rows = rank_placement(tp, pp, dp, gpus_per_node, order)
     lines = [f"{'rank':>6} {'node':>5} {'local':>5} {'tp':>3} {'pp':>3} {'dp':>4}"]
-    for r in rows[:max_rows]: lines.append(f"{r['rank']:>6} {r['node']:>5} {r['local_rank']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4}")
+    for r in rows[:max_rows]:
+        lines.append(f"{r['rank']:>6} {r['node']:>5} {r['local_rank']:>5} {r['tp']:>3} {r['pp']:>3} "
+                     f"{r['dp']:>4}")
     if max_rows and len(rows) > max_rows: lines.append(f"... {len(rows) - max_rows} more ranks")
     return "\n".join(lines)
 
@@ -258,7 +283,8 @@ def predict_time(cfg: RunConfig, cluster: Cluster, compute_fraction: float | Non
     allreduces = 6 if r == "full" else 4
     act = 2 * b * s * h
     tp_ar = allreduces * _ring_allreduce(act, t, cluster.intra_node_gbps)
-    stage_t = [(ni * k * block + (6 * b * s * h * V if i == pp - 1 else 0)) / rate + ni * tp_ar for i, ni in enumerate(n)]
+    stage_t = [(ni * k * block + (6 * b * s * h * V if i == pp - 1 else 0)) / rate + ni * tp_ar
+               for i, ni in enumerate(n)]
     gpn = cluster.gpus_per_node
     r0, r1 = rank_of(0, 0, 0, t, pp, dp, order), rank_of(0, 0, min(1, pp - 1), t, pp, dp, order)
     p2p_bw = cluster.inter_node_gbps if _spans_nodes([r0, r1], gpn) else cluster.intra_node_gbps
@@ -268,9 +294,11 @@ def predict_time(cfg: RunConfig, cluster: Cluster, compute_fraction: float | Non
     pg = max(stage_params(cfg))
     dp_ranks = [rank_of(0, j, 0, t, pp, dp, order) for j in range(dp)]
     dp_bw = cluster.inter_node_gbps if _spans_nodes(dp_ranks, gpn) else cluster.intra_node_gbps
-    grad_bytes = bytes_per_parameter(cfg.precision)["grads_fp32"] or bytes_per_parameter(cfg.precision)["grads"]
+    grad_bytes = (bytes_per_parameter(cfg.precision)["grads_fp32"]
+                  or bytes_per_parameter(cfg.precision)["grads"])
     t_dp = _ring_allreduce(grad_bytes * pg, dp, dp_bw)
-    if p.zero_stage >= 1 and dp > 1: t_dp += (dp - 1) / dp * bytes_per_parameter(cfg.precision)["weights"] * pg / (dp_bw * 1e9)
+    if p.zero_stage >= 1 and dp > 1:
+        t_dp += (dp - 1) / dp * bytes_per_parameter(cfg.precision)["weights"] * pg / (dp_bw * 1e9)
     emb = V * h // t
     t_tied = 0.0 if pp == 1 else _ring_allreduce(grad_bytes * emb, 2, cluster.inter_node_gbps)
     total = (nmb + pp - 1) * slot + t_dp + t_tied
@@ -280,17 +308,21 @@ def predict_time(cfg: RunConfig, cluster: Cluster, compute_fraction: float | Non
                 imbalance=compute - nmb * (sum(stage_t) / pp), compute_fraction=eta,
                 tflops_per_gpu=tflops_per_gpu(cfg, total, r))
 
-def calibrate(cfg: RunConfig, cluster: Cluster, iteration_time: float, recompute=None, order: str = "tp-dp-pp") -> float:
+def calibrate(cfg: RunConfig, cluster: Cluster, iteration_time: float, recompute=None,
+              order: str = "tp-dp-pp") -> float:
     "The compute fraction of peak that makes `predict_time` equal a measured `iteration_time`."
     # T is affine in 1/eta: T = A/eta + C; two evaluations give A and C
     t1 = predict_time(cfg, cluster, 1.0, recompute, order)["iteration_time"]
     t2 = predict_time(cfg, cluster, 0.5, recompute, order)["iteration_time"]
     A, C = t2 - t1, 2 * t1 - t2
-    if iteration_time <= C: raise PlanError(f"iteration_time {iteration_time}s is below the communication floor {C:.2f}s of this layout")
+    if iteration_time <= C:
+        raise PlanError(f"iteration_time {iteration_time}s is below the communication floor {C:.2f}s of this "
+                        "layout")
     return A / (iteration_time - C)
 
 # %% ../nbs/01_memory.ipynb #4764da4a
-PAPER_COMPUTE_FRACTION = 0.527  # fit of the model to the paper's 60.1 s iteration on 280 DGX A100 nodes (this notebook)
+# fit of the model to the paper's 60.1 s iteration on 280 DGX A100 nodes (this notebook)
+PAPER_COMPUTE_FRACTION = 0.527
 
 # %% ../nbs/01_memory.ipynb #0c344287
 def with_layout(cfg: RunConfig, tp: int, pp: int, dp: int, micro_batch: int | None = None) -> RunConfig:
@@ -302,29 +334,37 @@ def check_layout(cfg: RunConfig, cluster: Cluster) -> list[str]:
     "Raise `PlanError` if the config's layout cannot run on `cluster`; return warnings that do not stop it."
     m, p, o = cfg.model, cfg.parallel, cfg.optim
     if p.tp * p.pp * p.dp != cluster.gpus:
-        raise PlanError(f"layout tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} GPUs, but the cluster has "
-                        f"{cluster.nodes} x {cluster.gpus_per_node} = {cluster.gpus}; change dp or the node count")
+        raise PlanError(f"layout tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} GPUs, but the "
+                        f"cluster has {cluster.nodes} x {cluster.gpus_per_node} = {cluster.gpus}; change dp "
+                        "or the node count")
     if p.tp > cluster.gpus_per_node or cluster.gpus_per_node % p.tp:
-        raise PlanError(f"tp={p.tp} must divide gpus_per_node={cluster.gpus_per_node} so TP groups stay inside a node")
+        raise PlanError(f"tp={p.tp} must divide gpus_per_node={cluster.gpus_per_node} so TP groups stay "
+                        "inside a node")
     for name, v in (("num_heads", m.num_heads), ("ffn_hidden_size", m.ffn_hidden_size)):
         if v % p.tp: raise PlanError(f"tp={p.tp} does not divide model.{name}={v}; pick a divisor")
-    if p.pp > m.num_layers: raise PlanError(f"pp={p.pp} stages but only {m.num_layers} layers; use pp <= num_layers")
+    if p.pp > m.num_layers:
+        raise PlanError(f"pp={p.pp} stages but only {m.num_layers} layers; use pp <= num_layers")
     if o.global_batch % (p.micro_batch * p.dp):
-        raise PlanError(f"global batch {o.global_batch} is not divisible by micro_batch x dp = {p.micro_batch} x {p.dp}; "
-                        f"change the batch, the micro-batch or the node count")
-    if p.pp > 1 and p.zero_stage > 1: raise PlanError(f"zero_stage={p.zero_stage} with pp={p.pp}: DeepSpeed pipelines support ZeRO 0 or 1")
+        raise PlanError(f"global batch {o.global_batch} is not divisible by micro_batch x dp = "
+                        f"{p.micro_batch} x {p.dp}; change the batch, the micro-batch or the node count")
+    if p.pp > 1 and p.zero_stage > 1:
+        raise PlanError(f"zero_stage={p.zero_stage} with pp={p.pp}: DeepSpeed pipelines support ZeRO 0 or 1")
     warn = []
-    if m.num_layers % p.pp: warn.append(f"{m.num_layers} layers over {p.pp} stages are unbalanced ({max(stage_layers(m.num_layers, p.pp))} on the largest)")
+    if m.num_layers % p.pp:
+        warn.append(f"{m.num_layers} layers over {p.pp} stages are unbalanced "
+                    f"({max(stage_layers(m.num_layers, p.pp))} on the largest)")
     for f in ("rampup_batch_start", "rampup_batch_increment"):
         v = getattr(o, f)
-        if v and v % (p.micro_batch * p.dp): warn.append(f"optim.{f}={v} is not a multiple of micro_batch x dp = {p.micro_batch * p.dp}")
+        if v and v % (p.micro_batch * p.dp):
+            warn.append(f"optim.{f}={v} is not a multiple of micro_batch x dp = {p.micro_batch * p.dp}")
     return warn
 
 def enumerate_layouts(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None = None,
                       micro_batches=(1, 2, 4, 8)) -> list[RunConfig]:
     "Every valid layout of `cfg` on `cluster` (optionally with tp and/or pp fixed), before the memory check."
     out = []
-    for t in ([tp] if tp else [d for d in range(1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % d == 0]):
+    for t in ([tp] if tp else [d for d in range(1, cluster.gpus_per_node + 1)
+                               if cluster.gpus_per_node % d == 0]):
         for p in ([pp] if pp else range(1, cfg.model.num_layers + 1)):
             if cluster.gpus % (t * p): continue
             for b in micro_batches:
@@ -335,8 +375,9 @@ def enumerate_layouts(cfg: RunConfig, cluster: Cluster, tp: int | None = None, p
     return out
 
 # %% ../nbs/01_memory.ipynb #71df0975
-def evaluate(cfg: RunConfig, cluster: Cluster, iteration_time: float | None = None, compute_fraction: float | None = None,
-             recompute=None, sequence_parallel: bool = False, order: str = "tp-dp-pp", attention: str = "fused") -> dict:
+def evaluate(cfg: RunConfig, cluster: Cluster, iteration_time: float | None = None,
+             compute_fraction: float | None = None, recompute=None, sequence_parallel: bool = False,
+             order: str = "tp-dp-pp", attention: str = "fused") -> dict:
     "Every number of one layout on one cluster, as a JSON-ready dict (the `mtnlg plan --json` object)."
     warnings = check_layout(cfg, cluster)
     p = cfg.parallel
@@ -352,34 +393,40 @@ def evaluate(cfg: RunConfig, cluster: Cluster, iteration_time: float | None = No
         model_state_bytes_total=pc["total"] * sum(bpp.values()),
         activation_checkpoint_bytes_total=activation_checkpoint_bytes_total(cfg),
         model_state_bytes_per_gpu=peak["model_states"],
-        model_state_breakdown_per_gpu={k: v for k, v in peak["model_state_breakdown"].items() if k != "total"},
-        activation_bytes_per_gpu=peak["activations"], peak_bytes_per_gpu=peak["total"], peak_stage=peak["stage"],
-        params_per_gpu=peak["params"], usable_bytes_per_gpu=cluster.usable_bytes, fits=peak["total"] <= cluster.usable_bytes,
-        flops_per_iteration=flops_per_iteration(cfg, r), iteration_time=t,
-        iteration_time_source="measured" if iteration_time else "predicted", tflops_per_gpu=tflops_per_gpu(cfg, t, r),
-        predicted=pred, **pipeline_stats(cfg),
-        layout=dict(tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch, gpus=p.world_size, nodes=cluster.nodes,
-                    zero_stage=p.zero_stage, recompute=r, sequence_parallel=sequence_parallel, order=order, attention=attention,
+        model_state_breakdown_per_gpu={k: v for k, v in peak["model_state_breakdown"].items()
+                                       if k != "total"},
+        activation_bytes_per_gpu=peak["activations"], peak_bytes_per_gpu=peak["total"],
+        peak_stage=peak["stage"], params_per_gpu=peak["params"], usable_bytes_per_gpu=cluster.usable_bytes,
+        fits=peak["total"] <= cluster.usable_bytes, flops_per_iteration=flops_per_iteration(cfg, r),
+        iteration_time=t, iteration_time_source="measured" if iteration_time else "predicted",
+        tflops_per_gpu=tflops_per_gpu(cfg, t, r), predicted=pred, **pipeline_stats(cfg),
+        layout=dict(tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch, gpus=p.world_size,
+                    nodes=cluster.nodes, zero_stage=p.zero_stage, recompute=r,
+                    sequence_parallel=sequence_parallel, order=order, attention=attention,
                     max_layers_per_stage=max(stage_layers(cfg.model.num_layers, p.pp))),
         cluster=asdict(cluster), warnings=warnings)
 
-def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None = None, micro_batches=(1, 2, 4, 8),
-         **kw) -> list[dict]:
+def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None = None,
+         micro_batches=(1, 2, 4, 8), **kw) -> list[dict]:
     "Valid layouts that fit in memory, fastest predicted first; `PlanError` with the reason when there are none."
     cands = enumerate_layouts(cfg, cluster, tp, pp, micro_batches)
     fixed = "".join(f", {k}={v}" for k, v in (("tp", tp), ("pp", pp)) if v)
     if not cands:
-        raise PlanError(f"no valid layout of {cluster.gpus} GPUs ({cluster.nodes} nodes x {cluster.gpus_per_node}){fixed} for "
-                        f"{cfg.model.num_layers} layers, {cfg.model.num_heads} heads and global batch {cfg.optim.global_batch}: "
-                        f"tp must divide the GPUs per node and the heads, and GPUs/(tp*pp) must divide the batch; change the node count or the batch")
+        raise PlanError(f"no valid layout of {cluster.gpus} GPUs ({cluster.nodes} nodes x "
+                        f"{cluster.gpus_per_node}){fixed} for {cfg.model.num_layers} layers, "
+                        f"{cfg.model.num_heads} heads and global batch {cfg.optim.global_batch}: tp must "
+                        "divide the GPUs per node and the heads, and GPUs/(tp*pp) must divide the batch; "
+                        "change the node count or the batch")
     rows = [evaluate(c, cluster, **kw) for c in cands]
     fit = sorted((r for r in rows if r["fits"]), key=lambda r: r["predicted"]["iteration_time"])
     if not fit:
         best = min(rows, key=lambda r: r["peak_bytes_per_gpu"])
         L = best["layout"]
-        raise PlanError(f"the model fits nowhere on {cluster.gpus} GPUs{fixed}: the leanest layout (tp {L['tp']} x pp {L['pp']} x dp {L['dp']}, "
-                        f"micro-batch {L['micro_batch']}) needs {best['peak_bytes_per_gpu']/2**30:.1f} GiB per GPU, "
-                        f"{cluster.usable_bytes/2**30:.1f} GiB usable; add nodes or turn on activation checkpointing/ZeRO")
+        raise PlanError(f"the model fits nowhere on {cluster.gpus} GPUs{fixed}: the leanest layout (tp "
+                        f"{L['tp']} x pp {L['pp']} x dp {L['dp']}, micro-batch {L['micro_batch']}) needs "
+                        f"{best['peak_bytes_per_gpu']/2**30:.1f} GiB per GPU, "
+                        f"{cluster.usable_bytes/2**30:.1f} GiB usable; add nodes or turn on activation "
+                        "checkpointing/ZeRO")
     return fit
 
 # %% ../nbs/01_memory.ipynb #1ade02d4
@@ -388,22 +435,36 @@ def cli_parser(parser):
     add_config_args(parser)
     g = parser.add_argument_group("cluster")
     g.add_argument("--cluster", default="dgx-a100-80gb", choices=list(CLUSTERS), help="node type preset")
-    g.add_argument("--nodes", type=int, default=None, help="node count (default: enough for the config's tp*pp*dp)")
-    g.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default: parallel.gpus_per_node)")
-    g.add_argument("--gpu-memory-gb", type=float, default=None, help="memory per GPU in GiB (default: the preset's 80)")
-    g.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak per GPU (default: the preset's)")
-    g.add_argument("--memory-reserve", type=float, default=None, help="fraction of GPU memory kept back (default 0.1)")
+    g.add_argument("--nodes", type=int, default=None,
+                   help="node count (default: enough for the config's tp*pp*dp)")
+    g.add_argument("--gpus-per-node", type=int, default=None,
+                   help="GPUs per node (default: parallel.gpus_per_node)")
+    g.add_argument("--gpu-memory-gb", type=float, default=None,
+                   help="memory per GPU in GiB (default: the preset's 80)")
+    g.add_argument("--peak-tflops", type=float, default=None,
+                   help="dense bf16 peak per GPU (default: the preset's)")
+    g.add_argument("--memory-reserve", type=float, default=None,
+                   help="fraction of GPU memory kept back (default 0.1)")
     m = parser.add_argument_group("model of the run")
-    m.add_argument("--iteration-time", type=float, default=None, help="measured seconds per iteration -> achieved TFLOP/s per GPU")
-    m.add_argument("--compute-fraction", type=float, default=None, help=f"fraction of peak reached by compute (default {PAPER_COMPUTE_FRACTION}, fit to the paper)")
-    m.add_argument("--recompute", choices=RECOMPUTE, default=None, help="activation recompute (default: full if checkpoint_activations > 0)")
-    m.add_argument("--attention", choices=ATTENTION, default="fused", help="attention core: fused (SDPA/flash, this project) or materialized softmax")
-    m.add_argument("--sequence-parallel", action="store_true", help="count activations with Megatron sequence parallelism")
-    m.add_argument("--order", choices=ORDERS, default="tp-dp-pp", help="rank order (tp-dp-pp: DeepSpeed/megatron default)")
+    m.add_argument("--iteration-time", type=float, default=None,
+                   help="measured seconds per iteration -> achieved TFLOP/s per GPU")
+    m.add_argument("--compute-fraction", type=float, default=None,
+                   help=f"fraction of peak reached by compute (default {PAPER_COMPUTE_FRACTION}, fit to the "
+                        "paper)")
+    m.add_argument("--recompute", choices=RECOMPUTE, default=None,
+                   help="activation recompute (default: full if checkpoint_activations > 0)")
+    m.add_argument("--attention", choices=ATTENTION, default="fused",
+                   help="attention core: fused (SDPA/flash, this project) or materialized softmax")
+    m.add_argument("--sequence-parallel", action="store_true",
+                   help="count activations with Megatron sequence parallelism")
+    m.add_argument("--order", choices=ORDERS, default="tp-dp-pp",
+                   help="rank order (tp-dp-pp: DeepSpeed/megatron default)")
     o = parser.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="print JSON (one object for a layout, a list for a ranking)")
+    o.add_argument("--json", action="store_true",
+                   help="print JSON (one object for a layout, a list for a ranking)")
     o.add_argument("--top", type=int, default=10, help="ranked layouts to print (0: all)")
-    o.add_argument("--placement", action="store_true", help="also print the rank placement table of the layout")
+    o.add_argument("--placement", action="store_true",
+                   help="also print the rank placement table of the layout")
     return parser
 
 def _config(args):
@@ -411,7 +472,8 @@ def _config(args):
     try: return config_from_args(args)
     except ConfigError as e:
         if not str(e).startswith("optim.rampup_batch"): raise
-    a = copy.copy(args); a.set = list(args.set) + ["optim.rampup_batch_start=0", "optim.rampup_batch_increment=0"]
+    a = copy.copy(args)
+    a.set = list(args.set) + ["optim.rampup_batch_start=0", "optim.rampup_batch_increment=0"]
     cfg = config_from_args(a)
     base = load_config(args.preset, args.config, validate=False).optim
     return replace(cfg, optim=replace(cfg.optim, rampup_batch_start=base.rampup_batch_start,
@@ -419,9 +481,10 @@ def _config(args):
 
 def _fmt_row(i, r):
     L, GiB = r["layout"], 2**30
-    return (f"{i:>4} {L['tp']:>3} {L['pp']:>4} {L['dp']:>5} {L['micro_batch']:>3} {r['micro_batches']:>6} {100 * r['bubble_fraction']:>6.1f}"
-            f" {r['model_state_bytes_per_gpu'] / GiB:>7.1f} {r['activation_bytes_per_gpu'] / GiB:>7.1f} {r['peak_bytes_per_gpu'] / GiB:>7.1f}"
-            f" {r['predicted']['iteration_time']:>8.2f} {r['predicted']['tflops_per_gpu']:>7.1f}")
+    return (f"{i:>4} {L['tp']:>3} {L['pp']:>4} {L['dp']:>5} {L['micro_batch']:>3} {r['micro_batches']:>6} "
+            f"{100 * r['bubble_fraction']:>6.1f} {r['model_state_bytes_per_gpu'] / GiB:>7.1f} "
+            f"{r['activation_bytes_per_gpu'] / GiB:>7.1f} {r['peak_bytes_per_gpu'] / GiB:>7.1f} "
+            f"{r['predicted']['iteration_time']:>8.2f} {r['predicted']['tflops_per_gpu']:>7.1f}")
 
 def _size(b):
     "Bytes as a short human string (TB for totals of 1e12 and more, else GiB/MiB/KiB)."
@@ -430,7 +493,8 @@ def _size(b):
         if b >= n: return f"{b / n:.1f} {unit}"
     return f"{b:.0f} B"
 
-_HEADER = f"{'rank':>4} {'tp':>3} {'pp':>4} {'dp':>5} {'mb':>3} {'m':>6} {'bubl%':>6} {'states':>7} {'activ':>7} {'peak':>7} {'iter_s':>8} {'TFLOP/s':>7}"
+_HEADER = (f"{'rank':>4} {'tp':>3} {'pp':>4} {'dp':>5} {'mb':>3} {'m':>6} {'bubl%':>6} {'states':>7} "
+           f"{'activ':>7} {'peak':>7} {'iter_s':>8} {'TFLOP/s':>7}")
 
 def cli_run(args) -> int:
     "Run `mtnlg plan`: evaluate one layout, or rank all layouts."
@@ -438,52 +502,67 @@ def cli_run(args) -> int:
     gpn = cfg.parallel.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
     fixed_tp, fixed_pp = args.cfg_tp is not None, args.cfg_pp is not None
     world = cfg.parallel.world_size
-    if args.nodes is None and args.gpus_per_node is None and world < gpn: gpn = world          # a partial node (e.g. a CPU run)
+    # a partial node (e.g. a CPU run)
+    if args.nodes is None and args.gpus_per_node is None and world < gpn: gpn = world
     nodes = -(-world // max(gpn, 1)) if args.nodes is None else args.nodes
-    cluster = get_cluster(args.cluster, nodes=nodes, gpus_per_node=gpn, peak_tflops=args.peak_tflops, memory_reserve=args.memory_reserve,
-                          gpu_memory_bytes=None if args.gpu_memory_gb is None else int(args.gpu_memory_gb * 2**30))
-    kw = dict(compute_fraction=args.compute_fraction, recompute=args.recompute, sequence_parallel=args.sequence_parallel, order=args.order, attention=args.attention)
+    cluster = get_cluster(args.cluster, nodes=nodes, gpus_per_node=gpn, peak_tflops=args.peak_tflops,
+                          memory_reserve=args.memory_reserve,
+                          gpu_memory_bytes=None if args.gpu_memory_gb is None
+                          else int(args.gpu_memory_gb * 2**30))
+    kw = dict(compute_fraction=args.compute_fraction, recompute=args.recompute,
+              sequence_parallel=args.sequence_parallel, order=args.order, attention=args.attention)
     if fixed_tp and fixed_pp:
         tp, pp = cfg.parallel.tp, cfg.parallel.pp
         if args.cfg_dp is not None: dp = cfg.parallel.dp
         elif cluster.gpus % (tp * pp):
-            raise PlanError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the {cluster.gpus} GPUs of {nodes} nodes x {gpn}; "
-                            f"change --tp/--pp or --nodes")
+            raise PlanError(f"tp x pp = {tp} x {pp} = {tp * pp} does not divide the {cluster.gpus} GPUs of "
+                            f"{nodes} nodes x {gpn}; change --tp/--pp or --nodes")
         else: dp = cluster.gpus // (tp * pp)
         lay = with_layout(cfg, tp, pp, dp)
         r = evaluate(lay, cluster, iteration_time=args.iteration_time, **kw)
         if args.json: print(json.dumps(r, indent=2))
         else:
-            print(f"layout: tp {tp} x pp {pp} x dp {dp} = {lay.parallel.world_size} GPUs on {nodes} nodes x {gpn}, micro-batch "
-                  f"{lay.parallel.micro_batch}, ZeRO {lay.parallel.zero_stage}, recompute {r['layout']['recompute']}")
-            print(f"parameters: {r['parameters']:,} ({r['parameters_unpadded']:,} without vocabulary padding)")
-            print(f"model states: {r['bytes_per_parameter']} bytes/parameter, {_size(r['model_state_bytes_total'])} in all; "
-                  f"{_size(r['model_state_bytes_per_gpu'])} per GPU (stage {r['peak_stage']})")
-            print(f"activations: {_size(r['activation_checkpoint_bytes_total'])} of block checkpoints per iteration; "
-                  f"{_size(r['activation_bytes_per_gpu'])} per GPU at peak")
-            print(f"peak per GPU: {_size(r['peak_bytes_per_gpu'])} of {_size(r['usable_bytes_per_gpu'])} usable -> "
-                  f"{'fits' if r['fits'] else 'DOES NOT FIT'}")
-            print(f"pipeline: {r['micro_batches']} micro-batches, bubble {100 * r['bubble_fraction']:.1f}%, {r['tokens_per_iteration']:,} tokens/iteration")
+            print(f"layout: tp {tp} x pp {pp} x dp {dp} = {lay.parallel.world_size} GPUs on {nodes} nodes x "
+                  f"{gpn}, micro-batch {lay.parallel.micro_batch}, ZeRO {lay.parallel.zero_stage}, recompute "
+                  f"{r['layout']['recompute']}")
+            print(f"parameters: {r['parameters']:,} ({r['parameters_unpadded']:,} without vocabulary "
+                  "padding)")
+            print(f"model states: {r['bytes_per_parameter']} bytes/parameter, "
+                  f"{_size(r['model_state_bytes_total'])} in all; {_size(r['model_state_bytes_per_gpu'])} "
+                  f"per GPU (stage {r['peak_stage']})")
+            print(f"activations: {_size(r['activation_checkpoint_bytes_total'])} of block checkpoints per "
+                  f"iteration; {_size(r['activation_bytes_per_gpu'])} per GPU at peak")
+            print(f"peak per GPU: {_size(r['peak_bytes_per_gpu'])} of {_size(r['usable_bytes_per_gpu'])} "
+                  f"usable -> {'fits' if r['fits'] else 'DOES NOT FIT'}")
+            print(f"pipeline: {r['micro_batches']} micro-batches, bubble {100 * r['bubble_fraction']:.1f}%, "
+                  f"{r['tokens_per_iteration']:,} tokens/iteration")
             pr = r["predicted"]
-            print(f"FLOPs/iteration: {r['flops_per_iteration']:.4g}; predicted {pr['iteration_time']:.2f} s = {pr['tflops_per_gpu']:.1f} TFLOP/s per GPU"
-                  f" (compute fraction {pr['compute_fraction']})")
-            if args.iteration_time: print(f"measured {args.iteration_time} s -> {r['tflops_per_gpu']:.1f} TFLOP/s per GPU")
+            print(f"FLOPs/iteration: {r['flops_per_iteration']:.4g}; predicted {pr['iteration_time']:.2f} s "
+                  f"= {pr['tflops_per_gpu']:.1f} TFLOP/s per GPU (compute fraction {pr['compute_fraction']})")
+            if args.iteration_time:
+                print(f"measured {args.iteration_time} s -> {r['tflops_per_gpu']:.1f} TFLOP/s per GPU")
             for w in r["warnings"]: print(f"warning: {w}")
         if args.placement: print(placement_table(tp, pp, dp, gpn, args.order))
         if not r["fits"]:
-            print(f"mtnlg plan: layout does not fit: {r['peak_bytes_per_gpu'] / 2**30:.1f} GiB per GPU needed, "
-                  f"{cluster.usable_bytes / 2**30:.1f} GiB usable; run without --tp/--pp to see layouts that fit", file=sys.stderr)
+            print(f"mtnlg plan: layout does not fit: {r['peak_bytes_per_gpu'] / 2**30:.1f} GiB per GPU "
+                  f"needed, {cluster.usable_bytes / 2**30:.1f} GiB usable; run without --tp/--pp to see "
+                  "layouts that fit", file=sys.stderr)
             return 1
         return 0
     mbs = (cfg.parallel.micro_batch,) if args.cfg_micro_batch is not None else (1, 2, 4, 8)
-    ranked = plan(cfg, cluster, cfg.parallel.tp if fixed_tp else None, cfg.parallel.pp if fixed_pp else None, mbs, **kw)
+    ranked = plan(cfg, cluster, cfg.parallel.tp if fixed_tp else None, cfg.parallel.pp if fixed_pp else None,
+                  mbs, **kw)
     if args.iteration_time:
-        for r in ranked: r["tflops_per_gpu"] = tflops_per_gpu(with_layout(cfg, **{k: r["layout"][k] for k in ("tp", "pp", "dp", "micro_batch")}),
-                                                              args.iteration_time, r["layout"]["recompute"])
+        for r in ranked:
+            r["tflops_per_gpu"] = tflops_per_gpu(with_layout(cfg,
+                                                             **{k: r["layout"][k]
+                                                                for k in ("tp", "pp", "dp", "micro_batch")}),
+                                                 args.iteration_time, r["layout"]["recompute"])
     shown = ranked[:args.top] if args.top else ranked
     if args.json: print(json.dumps(shown, indent=2)); return 0
-    print(f"{len(ranked)} layouts fit on {nodes} nodes x {gpn} GPUs ({args.cluster}); {cfg.model.num_layers} layers, "
-          f"h {cfg.model.hidden_size}, batch {cfg.optim.global_batch}; memory in GiB per GPU, fastest first")
+    print(f"{len(ranked)} layouts fit on {nodes} nodes x {gpn} GPUs ({args.cluster}); {cfg.model.num_layers} "
+          f"layers, h {cfg.model.hidden_size}, batch {cfg.optim.global_batch}; memory in GiB per GPU, "
+          "fastest first")
     print(_HEADER)
     for i, r in enumerate(shown): print(_fmt_row(i + 1, r))
     return 0
