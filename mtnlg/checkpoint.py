@@ -39,7 +39,7 @@ def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
     return out
 
 def pieces(name: str, shape, lo: int, hi: int, flat: torch.Tensor, cfg: ModelConfig, tp: int, tp_rank: int):
-    "[(full offsets, sizes, view)] of flat part [lo, hi) (held in `flat`) of this rank's slice `shape` of `name`."
+    "[(full offsets, sizes, view)] of flat part [lo, hi) (in `flat`) of this rank's slice `shape` of `name`."
     cols = shape[1] if len(shape) == 2 else 1
     dims = len(full_shapes(cfg)[name])
     runs, c0 = tp_row_runs(name, shape, cfg, tp, tp_rank)
@@ -87,8 +87,8 @@ class _SavePlanner(DefaultSavePlanner):
 class _LoadPlanner(DefaultLoadPlanner):
     def __init__(self): super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
-        # torch 2.13's default first swaps meta tensors for real ones and returns None for any other type it does
-        # not know (a `Pieces`); nothing here is on the meta device, so the state dict is taken as it is.
+        # torch 2.13's default first swaps meta tensors for real ones and returns None for any other type it
+        # does not know (a `Pieces`); nothing here is on the meta device, so the state dict is taken as it is.
         self.original_state_dict = self.state_dict = state_dict
         self.metadata, self.is_coordinator = metadata, is_coordinator
     def lookup_tensor(self, index):
@@ -111,15 +111,16 @@ def _inner_optimizer(engine):
 
 def _link_optimizer_state(engine):
     "(Re)link DeepSpeed's per-parameter views of the Adam state."
-    # DeepSpeed 0.19.8's ZeRO-1/2 links them after stepping the *first* param group only, so the parameters of
-    # later groups (here: biases and LayerNorms, no weight decay) never find their state. Linking again fixes it.
+    # DeepSpeed 0.19.8's ZeRO-1/2 links them after stepping the *first* param group only, so the parameters
+    # of later groups (here: biases and LayerNorms, no weight decay) never find their state. Linking again
+    # fixes it.
     opt = engine.optimizer
     if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _inner_optimizer(engine).state:
         opt._hp_optimizer_states_linked = False
         opt._lazy_init_hp_params_optimizer_state()
 
 def _init_adam_state(engine, adam_step: int):
-    "Create Adam's state for every parameter the optimizer updates, as after `adam_step` steps (zeros to load into)."
+    "Adam's state for every parameter the optimizer updates, as after `adam_step` steps (zeros to load into)."
     inner = _inner_optimizer(engine)
     for g in inner.param_groups:
         for q in g["params"]:
@@ -151,8 +152,7 @@ def engine_state(engine, cfg: RunConfig, keys, saving: bool) -> dict:
         if hp is None: continue                                   # outside this rank's ZeRO partition
         n = p.numel()
         lo, hi = ((hp.lp_fragment_address.start, hp.lp_fragment_address.start + hp.lp_fragment_address.numel)
-                  if hp \
-             else ((n * d // dp, n * (d + 1) // dp) if saving else (0, n)))
+                  if hp else ((n * d // dp, n * (d + 1) // dp) if saving else (0, n)))
         for key in keys:
             if hp: flat = hp.get_hp_fragment(None if key == "model" else key)
             else: flat = (p.detach() if key == "model" else inner.state[p][key]).view(-1)[lo:hi]
@@ -190,7 +190,7 @@ def atomic_save(obj, path):
 def step_tag(step: int) -> str: return f"step{step:08d}"
 
 def latest_checkpoint(run_dir) -> Path | None:
-    "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest complete."
+    "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest."
     base = Path(run_dir) / "checkpoints"
     if not base.is_dir(): return None
     named = base / (base / "latest").read_text().strip() if (base / "latest").is_file() else None
@@ -227,7 +227,7 @@ def _has_moments(engine) -> bool:
     return bool(ok.item())
 
 def _inject_kill(step: int, rank: int):
-    "Fault injection for tests: `MTNLG_INJECT_KILL_IN_SAVE=STEP:RANK` kills that rank (SIGKILL) mid-checkpoint."
+    "Fault injection for tests: `MTNLG_INJECT_KILL_IN_SAVE=STEP:RANK` SIGKILLs that rank mid-checkpoint."
     if os.environ.get("MTNLG_INJECT_KILL_IN_SAVE") == f"{step}:{rank}":
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
@@ -260,7 +260,7 @@ def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000021
 def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
-    "{'key/name': full shape} of every tensor stored in checkpoint folder `ck` (`reader`: one that loads it next)."
+    "{'key/name': full shape} of every tensor in checkpoint folder `ck` (`reader`: one that loads it next)."
     ck = Path(ck)
     if not (ck / "COMPLETE").exists() or not (ck / ".metadata").exists():
         raise ConfigError(f"{ck} is not a complete checkpoint (no COMPLETE or .metadata: a partial write); "
@@ -269,7 +269,7 @@ def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
 def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
-    "Raise `ConfigError` unless `ck` holds every tensor of model `cfg` in its shape; True if it has Adam moments."
+    "`ConfigError` unless `ck` holds every tensor of model `cfg` in its shape; True if it has Adam moments."
     have = checkpoint_shapes(ck, reader)
     for name, shape in full_shapes(cfg).items():
         got = have.get(f"model/{name}")
@@ -330,7 +330,7 @@ def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Te
     return {n: sd[f"model/{n}"] for n in names}
 
 def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path:
-    "A weights-only checkpoint folder `ck` of model `cfg`, `tensor(name)` giving each whole fp32 tensor when written."
+    "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` gives each whole fp32 tensor."
     ck = Path(ck)
     shutil.rmtree(ck, ignore_errors=True)
     ck.mkdir(parents=True)

@@ -37,7 +37,7 @@ VERBOSE_HELP = ("also show library notices hidden by default (megatron-core's 'T
                 "warnings)")
 
 def quiet_notices(verbose: bool = False) -> bool:
-    "Before any subcommand is imported: hide the notices here and in child processes unless verbose; True if hidden."
+    "Before any subcommand import: hide the notices here and in child processes unless verbose; True if so."
     verbose = verbose or os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
     os.environ["MTNLG_VERBOSE"] = "1" if verbose else "0"
     mine = [f"ignore:{m}:UserWarning" for m in NOTICES]

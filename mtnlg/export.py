@@ -54,7 +54,7 @@ _PAIRS = [("ln1.weight", "ln_1.weight", False), ("ln1.bias", "ln_1.bias", False)
           ("mlp.fc2.weight", "mlp.c_proj.weight", True), ("mlp.fc2.bias", "mlp.c_proj.bias", False)]
 
 def name_groups(cfg: ModelConfig) -> list[list[tuple[str, str, bool]]]:
-    "(project name, HF GPT-2 name, transposed) of every tensor, one group per block (embeddings, blocks, final)."
+    "(project name, HF GPT-2 name, transposed) of every tensor, grouped by block (embeddings, blocks, final)."
     out = [[("embedding.word.weight", "transformer.wte.weight", False),
             ("embedding.pos.weight", "transformer.wpe.weight", False)]]
     out += [[(f"blocks.{i}.{a}", f"transformer.h.{i}.{b}", t) for a, b, t in _PAIRS]
@@ -87,7 +87,7 @@ def _copy_tokenizer(spec: str, out: Path):
     else: shutil.copy(spec, out / "tokenizer.model")
 
 def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
-    "Write checkpoint folder `ck` as a transformers GPT-2 folder (sharded safetensors), streamed block by block."
+    "Write checkpoint folder `ck` as a transformers GPT-2 folder (sharded safetensors), block by block."
     from safetensors.torch import save_file
     from mtnlg.checkpoint import read_tensors, check_checkpoint, _Reader
     ck, out = Path(ck), Path(out_dir)
@@ -124,7 +124,7 @@ def export_run(run_dir, out_dir, dtype: str = "bf16") -> Path:
 
 # %% ../nbs/08_export.ipynb #8f9f71bf
 def hf_tensors(hf_dir):
-    "(ModelConfig, tensor(name) -> the project's full fp32 tensor `name`) of a local transformers GPT-2 folder."
+    "(ModelConfig, tensor(name) -> the project's full fp32 tensor `name`) of a transformers GPT-2 folder."
     d = Path(hf_dir)
     if not (d / "config.json").exists():
         raise ExportError(f"{d}: no config.json; pass a transformers GPT-2 folder")

@@ -53,7 +53,7 @@ class Sampling:
 
 # %% ../nbs/13_generate.ipynb #f342aa9c
 def prepare_prompts(ids: list[list[int]], max_len: int, s: Sampling) -> list[list[int]]:
-    "Prompt token ids checked against the context of `max_len` tokens (left-truncated when `s.truncate == 'left'`)."
+    "Prompt token ids checked against a `max_len`-token context (left-truncated if `s.truncate == 'left'`)."
     if not ids: raise GenerateError("no prompts: pass at least one prompt")
     if s.max_new_tokens >= max_len:
         raise GenerateError(f"max_new_tokens {s.max_new_tokens} is past the context of {max_len} tokens; "
@@ -88,7 +88,7 @@ def next_tokens(logits: torch.Tensor, s: Sampling, gen: torch.Generator | None =
 
 # %% ../nbs/13_generate.ipynb #6fe86fba
 class KVCache:
-    "Keys and values of this rank's heads for each of its layers, for a batch of rows of up to `capacity` tokens."
+    "Keys and values of this rank's heads in each of its layers, for a batch of rows of <= `capacity` tokens."
     def __init__(self, capacity: int):
         self.capacity, self.length = capacity, 0
         self.k, self.v, self.valid, self.mask = {}, {}, None, None
@@ -108,7 +108,7 @@ class KVCache:
         self.mask = (((kpos <= q)[None] & self.valid[:, None, :a + S]) | (kpos == q)[None])[:, None]
 
     def layer(self, i: int) -> Callable:
-        "The cache of layer `i`, as `Attention` calls it: (k, v) of the new positions -> (all k, all v, mask)."
+        "Layer `i`'s cache, as `Attention` calls it: (k, v) of the new positions -> (all k, all v, mask)."
         def kv(k, v):
             if i not in self.k:
                 shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
@@ -162,7 +162,7 @@ class ModelDecoder:
 
     @torch.no_grad()
     def step(self, cache: KVCache, tokens, positions, valid):
-        "Run the new positions through this rank's layers; the last position's logits [B, vocab] on the last stage."
+        "New positions through this rank's layers; the last position's logits [B, vocab] on the last stage."
         import torch.distributed as dist
         from megatron.core import tensor_parallel as tpl
         from mtnlg.model import tied_logits
@@ -230,13 +230,13 @@ def _stop_at(text: str, stops) -> int | None:
     return min(idx) if idx else None
 
 class Generator:
-    "Text generation over a decoder (the project's model on this rank, or a transformers model) and a tokenizer."
+    "Text generation over a decoder (the project's model on this rank or a transformers one) and a tokenizer."
     def __init__(self, decoder, tokenizer, rank0: bool = True):
         self.dec, self.tok, self.rank0 = decoder, tokenizer, rank0
 
     def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True,
                  on_text: Callable | None = None, batch_size: int = 8, **settings) -> list[Generation]:
-        "Continue each prompt (a string or a list of strings) in batches; `on_text(piece)` streams a single prompt's text."
+        "Continue each prompt (a string or list of strings) in batches; `on_text(piece)` streams one prompt."
         s = (sampling or Sampling(**settings)).check()
         single = isinstance(prompts, str)
         prompts = [prompts] if single else list(prompts)
@@ -296,7 +296,7 @@ class Generator:
         return res
 
     def _stream(self, on_text, text, shown, s, done) -> int:
-        "Hand on the text not yet shown (holding back what may still become a stop string or a partial character)."
+        "Hand on the text not yet shown (holding back what may become a stop string or a partial character)."
         if s.stop: text = text[:_stop_at(text, s.stop)] if _stop_at(text, s.stop) is not None else text
         end = len(text) if done else max(shown, len(text) - max((len(x) - 1 for x in s.stop), default=0))
         while not done and end > shown and text[end - 1] == "\ufffd": end -= 1
@@ -312,7 +312,7 @@ def is_hf_dir(path) -> bool:
     return (p / "config.json").is_file() and weights and not run
 
 def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") -> Generator:
-    "A `Generator` over a run folder of `mtnlg train` (any TP x PP: call on every rank) or an HF model folder."
+    "A `Generator` over a run folder of `mtnlg train` (any TP x PP: call on every rank) or an HF folder."
     if not Path(source).exists():
         raise GenerateError(f"--checkpoint {source}: no such folder; pass a run folder or an HF model folder")
     if is_hf_dir(source):
@@ -334,7 +334,7 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") ->
 
 # %% ../nbs/13_generate.ipynb #92d56247
 def demo_checkpoint(run_dir, seq_length: int = 256, seed: int = 0) -> Path:
-    "A tiny random GPT (2 layers, hidden 64) written as a run's checkpoint: a stand-in the studies run on by default."
+    "A tiny random GPT (2 layers, hidden 64) written as a run's checkpoint: the studies' default stand-in."
     from mtnlg.config import ModelConfig, RunConfig
     from mtnlg.checkpoint import write_weights
     from mtnlg.model import FullInit
@@ -401,7 +401,7 @@ _LOADED: dict = {}
 def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling | None = None,
                  use_cache: bool = True, batch_size: int = 8, precision: str = "fp32",
                  **settings) -> list[Generation]:
-    "Generations of a run (or HF) folder on a tp x pp layout: in this process for 1 x 1, else on launched ranks."
+    "Generations of a run (or HF) folder on a tp x pp layout: in this process for 1 x 1, else launched ranks."
     import subprocess, tempfile
     s = (sampling or Sampling(**settings)).check()
     one = isinstance(prompts, str)
@@ -529,7 +529,8 @@ def _rank_main() -> int:
     warnings.filterwarnings("ignore")
     from torch.distributed.elastic.multiprocessing.errors import record
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    return record(cli_run)(cli_parser(argparse.ArgumentParser(prog="python -m mtnlg.generate")).parse_args(sys.argv[1:]))
+    return record(cli_run)(cli_parser(argparse.ArgumentParser(prog="python -m mtnlg.generate"))
+                           .parse_args(sys.argv[1:]))
 
 # %% ../nbs/13_generate.ipynb #ee3448d8
 #| eval: false

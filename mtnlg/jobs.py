@@ -34,7 +34,7 @@ def format_value(v) -> tuple[str, str]:
 
 # %% ../nbs/09_jobs.ipynb #5da6e83d
 def notebook_parameters(notebook) -> dict:
-    "The parameters a notebook declares: name -> {default, inferred_type_name, help} (papermill's inspection)."
+    "The parameters a notebook declares: name -> {default, inferred_type_name, help} (papermill's view)."
     import papermill
     nb = Path(notebook)
     if not nb.is_file(): raise JobError(f"{nb}: no such notebook; give the path of an .ipynb file")
@@ -77,7 +77,7 @@ class RunResult:
 # %% ../nbs/09_jobs.ipynb #612e409e
 def run_notebook(notebook, params: dict | None = None, *, name: str | None = None, runs_root="runs",
                  run_dir=None, kernel: str | None = None, echo: bool = False) -> RunResult:
-    "Execute `notebook` with papermill into a run directory; a failing cell gives `ok=False` and keeps the notebook."
+    "Run `notebook` with papermill into a run directory; a failing cell gives `ok=False`, the notebook kept."
     import papermill
     nb, params = Path(notebook), dict(params or {})
     declared = check_parameters(nb, params)
@@ -95,8 +95,9 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
     t0, error = time.time(), None
     with open(rd / "run.log", "a") as f:
         handlers = [logging.StreamHandler(f)] + ([logging.StreamHandler(sys.stderr)] if echo else [])
-        for h in handlers: h.setFormatter(logging.Formatter("%(asctime)s %(message)s",
-                                                            "%H:%M:%S")); log.addHandler(h)
+        for h in handlers:
+            h.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+            log.addHandler(h)
         old_level = log.level; log.setLevel(logging.INFO)
         try:
             papermill.execute_notebook(str(nb), str(out_nb), parameters=params, kernel_name=kernel,
@@ -141,7 +142,7 @@ SRUN_TASK_ENV = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE
 def launch_command(script_args: list[str], nprocs_per_node: int | None = None, nodes: int | None = None, *,
                    mode: str = "torchrun", port: int | None = None, env=None,
                    python: str | None = None) -> list[str]:
-    "The command that runs `python script_args` on `nprocs_per_node` processes per node: srun inside Slurm, else torchrun."
+    "Command running `python script_args` on `nprocs_per_node` processes a node: srun in Slurm, or torchrun."
     env = os.environ if env is None else env
     python = python or sys.executable
     n = int(nprocs_per_node or env.get("SLURM_GPUS_ON_NODE") or 1)
@@ -297,9 +298,9 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
     for k, v in params.items(): run += [format_value(v)[0], k, format_value(v)[1]]
     run_cmd = (shlex.join(run) + (' -p resume "$RESUME"' if "resume" in declared and "resume" not in params
                                   else ""))
-    trap = (("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol requeue "
-             "\"$SLURM_JOB_ID\"' USR1"
-             if spec.requeue else ""))
+    trap = ("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol requeue "
+            "\"$SLURM_JOB_ID\"' USR1"
+            if spec.requeue else "")
     return SBATCH_TEMPLATE.format(
         notebook_name=nb.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, run_dir=run_dir,
         directives="\n".join(f"#SBATCH {x}" for x in d), env_activate=env_activate_line(env_activate),
@@ -330,10 +331,9 @@ def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, 
     rd.mkdir(parents=True)
     atomic_write_text(rd / "job.sbatch", script)
     job = _slurm("sbatch", "--parsable", str(rd / "job.sbatch")).strip().split(";")[0]
-    atomic_write_text(rd / "submit.json",
-                      json.dumps({"job_id": job, "notebook": str(nb.resolve()), "parameters": params,
-                  "spec": spec.__dict__, "submitted": _dt.datetime.now().isoformat(timespec="seconds")},
-                                 indent=2) + "\n")
+    atomic_write_text(rd / "submit.json", json.dumps(
+        {"job_id": job, "notebook": str(nb.resolve()), "parameters": params, "spec": spec.__dict__,
+         "submitted": _dt.datetime.now().isoformat(timespec="seconds")}, indent=2) + "\n")
     return job, rd
 
 def parse_scontrol(text: str) -> dict:

@@ -120,7 +120,7 @@ def model_state_bytes(n_params: int, precision: str = "bf16", zero_stage: int = 
 
 # %% ../nbs/01_memory.ipynb #cc000002
 def checkpoint_cost(cfg: RunConfig, fs_gb_per_s: float = 100.0, gpus_per_node: int = 8) -> dict:
-    "Bytes of one checkpoint (in all, per rank, per host) and its write seconds at `fs_gb_per_s` aggregate GB/s."
+    "Bytes of one checkpoint (in all, per rank, per host) and its write seconds at `fs_gb_per_s` GB/s in all."
     n, p = param_counts(cfg.model)["total_unpadded"], cfg.parallel
     per_rank = max(stage_params(cfg)) * 12 / p.dp                # fp32 master + m + v of one ZeRO fragment
     total = 12 * n
@@ -269,7 +269,7 @@ def _spans_nodes(ranks, gpus_per_node):
 
 def predict_time(cfg: RunConfig, cluster: Cluster, compute_fraction: float | None = None, recompute=None,
                  order: str = "tp-dp-pp") -> dict:
-    "Predicted iteration time (s) of the config's layout on `cluster`, with its breakdown (see the model above)."
+    "Predicted iteration time (s) of the config's layout on `cluster`, with its breakdown (model above)."
     eta = PAPER_COMPUTE_FRACTION if compute_fraction is None else compute_fraction
     if not 0 < eta <= 1: raise PlanError(f"compute_fraction: must be in (0, 1], got {eta}")
     m, p = cfg.model, cfg.parallel
@@ -408,7 +408,7 @@ def evaluate(cfg: RunConfig, cluster: Cluster, iteration_time: float | None = No
 
 def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None = None,
          micro_batches=(1, 2, 4, 8), **kw) -> list[dict]:
-    "Valid layouts that fit in memory, fastest predicted first; `PlanError` with the reason when there are none."
+    "Valid layouts that fit in memory, fastest predicted first; `PlanError` with the reason if none do."
     cands = enumerate_layouts(cfg, cluster, tp, pp, micro_batches)
     fixed = "".join(f", {k}={v}" for k, v in (("tp", tp), ("pp", pp)) if v)
     if not cands:
@@ -468,7 +468,7 @@ def cli_parser(parser):
     return parser
 
 def _config(args):
-    "The run config of the flags; a batch ramp-up that does not divide the layout becomes a warning, not an error."
+    "The run config of the flags; a batch ramp-up that does not divide the layout is a warning, not an error."
     try: return config_from_args(args)
     except ConfigError as e:
         if not str(e).startswith("optim.rampup_batch"): raise
@@ -554,10 +554,9 @@ def cli_run(args) -> int:
                   mbs, **kw)
     if args.iteration_time:
         for r in ranked:
-            r["tflops_per_gpu"] = tflops_per_gpu(with_layout(cfg,
-                                                             **{k: r["layout"][k]
-                                                                for k in ("tp", "pp", "dp", "micro_batch")}),
-                                                 args.iteration_time, r["layout"]["recompute"])
+            r["tflops_per_gpu"] = tflops_per_gpu(
+                with_layout(cfg, **{k: r["layout"][k] for k in ("tp", "pp", "dp", "micro_batch")}),
+                args.iteration_time, r["layout"]["recompute"])
     shown = ranked[:args.top] if args.top else ranked
     if args.json: print(json.dumps(shown, indent=2)); return 0
     print(f"{len(ranked)} layouts fit on {nodes} nodes x {gpn} GPUs ({args.cluster}); {cfg.model.num_layers} "
