@@ -33,8 +33,8 @@ def _module(name):
 # %% ../nbs/90_cli.ipynb #47368266
 # = mtnlg.topology.MEGATRON_NOTICES, here without torch
 NOTICES = ["Transformer Engine and Apex are not installed"]
-VERBOSE_HELP = ("also show library notices hidden by default (megatron-core's 'Transformer Engine and Apex' "
-                "warnings)")
+VERBOSE_HELP = ("also show library notices hidden by default (megatron-core's 'Transformer "
+                "Engine and Apex' warnings)")
 
 def quiet_notices(verbose: bool = False) -> bool:
     "Before any subcommand import: hide the notices here and in child processes unless verbose; True if so."
@@ -74,7 +74,7 @@ def main(argv=None):
     if not args.command: ap.print_help(); return 0
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
-        ap.exit(2, f"mtnlg {args.command}: not available in this build yet ({COMMANDS[args.command][0]} is "
-                   "not built)\n")
+        ap.exit(2, f"mtnlg {args.command}: not available in this build yet "
+                   f"({COMMANDS[args.command][0]} is not built)\n")
     try: return m.cli_run(args) or 0
     except ConfigError as e: ap.exit(2, f"mtnlg {args.command}: bad configuration: {e}\n")

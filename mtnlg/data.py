@@ -165,8 +165,8 @@ class Source:
                             + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
                             + f"; the Pile's subsets are: {', '.join(PILE_SETS)}")
         if not Path(self.path).exists():
-            raise DataError(f"source {self.name}: {self.path} does not exist; pass an existing file or "
-                            "folder")
+            raise DataError(f"source {self.name}: {self.path} does not exist; pass "
+                            "an existing file or folder")
         return self
 
 def parse_source(spec: str) -> Source:
@@ -417,8 +417,8 @@ class QualityClassifier:
     def fit(self, good: list[str], web: list[str], holdout: float = 0.2, seed: int = 0):
         "Train on `good` vs `web` texts; keep `holdout` of each aside for `heldout_accuracy`."
         if len(good) < 5 or len(web) < 5:
-            raise DataError(f"quality classifier: need at least 5 examples per class, got {len(good)} good / "
-                            f"{len(web)} web")
+            raise DataError("quality classifier: need at least 5 examples per class, got "
+                            f"{len(good)} good / {len(web)} web")
         X = np.array(list(good) + list(web), dtype=object); y = np.array([1] * len(good) + [0] * len(web))
         idx = np.random.default_rng(seed).permutation(len(X)); n_test = max(2, int(len(X) * holdout))
         te, tr = idx[:n_test], idx[n_test:]
@@ -841,8 +841,8 @@ def ensure_helpers(cache_dir=None):
     if not out.exists():
         try: import pybind11
         except ImportError:
-            raise DataError("megatron-core's helpers_cpp is missing and pybind11 is needed to build it: pip "
-                            "install pybind11") from None
+            raise DataError("megatron-core's helpers_cpp is missing and pybind11 is needed to build "
+                            "it: pip install pybind11") from None
         out.parent.mkdir(parents=True, exist_ok=True); tmp = out.with_name(out.name + f".{os.getpid()}")
         cmd = ["g++", "-O3", "-Wall", "-shared", "-std=c++11", "-fPIC",
                f"-I{sysconfig.get_paths()['include']}", f"-I{pybind11.get_include()}", str(src), "-o",
@@ -876,8 +876,8 @@ def _effective_split(prefixes, split: str, sizes) -> str:
             k = int(round(ends[i + 1] * n)) - int(round(ends[i] * n))
             if sizes[i] > 0 and k == 0:
                 raise DataError(f"{p}: {n} documents; split {split!r} leaves the {name} split with no "
-                                f"documents. Use more documents, a larger {name} weight in data.split, or 0 "
-                                f"{name} samples")
+                                f"documents. Use more documents, a larger {name} weight in "
+                                f"data.split, or 0 {name} samples")
     return ",".join(f"{x:g}" for x in w)
 
 def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int], seed: int | None = None,
@@ -900,8 +900,8 @@ def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int],
     else:
         for f in indexed_paths(path):
             if not f.exists():
-                raise DataError(f"data.path {path}: {f} does not exist; pass 'mock', a .bin/.idx prefix or a "
-                                "blend spec")
+                raise DataError(f"data.path {path}: {f} does not exist; pass 'mock', a "
+                                ".bin/.idx prefix or a blend spec")
         cls, blend, cache = (GPTDataset, ([str(path)], None),
                              data_cfg.cache_dir or str(Path(path).resolve().parent / "cache"))
     sizes = [int(n) for n in num_samples]
@@ -1071,8 +1071,8 @@ def cli_parser(p):
     sub = p.add_subparsers(dest="data_cmd", metavar="ACTION", required=True)
     c = sub.add_parser("curate", help="clean, dedup, quality-filter and decontaminate sources into jsonl")
     c.add_argument("sources", nargs="+",
-                   help="NAME=PATH, NAME+q=PATH (quality-filter it), NAME@SUBSET=PATH (a Pile subset) or "
-                        "PATH")
+                   help="NAME=PATH, NAME+q=PATH (quality-filter it), "
+                        "NAME@SUBSET=PATH (a Pile subset) or PATH")
     c.add_argument("--out", required=True,
                    help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     c.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
@@ -1085,8 +1085,8 @@ def cli_parser(p):
                    help="plain text: one doc a file/line/paragraph")
     c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
     c.add_argument("--executor", default="local", choices=["local", "slurm", "single"],
-                   help="datatrove stages on local worker processes or Slurm job arrays; 'single': one "
-                        "process, jsonl only")
+                   help="datatrove stages on local worker processes or Slurm job arrays; "
+                        "'single': one process, jsonl only")
     c.add_argument("--tasks", type=int, default=2, help="shards of each per-document stage (local and slurm)")
     c.add_argument("--workers", type=int, default=2, help="local executor: worker processes")
     c.add_argument("--partition", default=None, help="slurm executor: the partition of the job arrays")
@@ -1098,15 +1098,15 @@ def cli_parser(p):
     t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
     t.add_argument("--workers", type=int, default=2); t.add_argument("--text-key", default="text")
     t.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
-    b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec or prefix (caches "
-                                     "indices)")
+    b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec "
+                                     "or prefix (caches indices)")
     b.add_argument("data", help="blend spec (.json/.yaml), PREFIX, or 'mock'")
     b.add_argument("--seq", type=int, default=64)
     b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
     b.add_argument("--split", default="969,30,1"); b.add_argument("--seed", type=int, default=1234)
     b.add_argument("--cache-dir", default="")
-    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the epochs table for "
-                                      "a budget")
+    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the "
+                                      "epochs table for a budget")
     bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
     bl.add_argument("--out", required=True, help="blend spec to write (.json or .yaml)")
     bl.add_argument("--weights", default="paper",

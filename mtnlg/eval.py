@@ -117,8 +117,8 @@ def read_hellaswag(root) -> dict:
     lines = (root / "hellaswag/hellaswag_val_full.txt").read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "": lines.pop()
     if len(lines) % 6:
-        raise EvalError(f"{root / 'hellaswag'}: {len(lines)} lines is not 6 a task; want "
-                        "hellaswag_val_full.txt")
+        raise EvalError(f"{root / 'hellaswag'}: {len(lines)} lines is not 6 a task; "
+                        "want hellaswag_val_full.txt")
     docs = []
     for i in range(0, len(lines), 6):
         # ctx_a and ctx_b are merged in this layout: ctx_b stays lower-case
@@ -138,8 +138,8 @@ def read_winogrande(root) -> dict:
                     _lines(root / "winogrande/dev-labels.lst"))
     bad = [i for i, (r, l) in enumerate(zip(rows, labels)) if r["gold"] + 1 != int(l)]
     if len(rows) != len(labels) or bad:
-        raise EvalError(f"{root / 'winogrande'}: labels disagree with dev-labels.lst (lines {bad[:5]}); use "
-                        "matching files")
+        raise EvalError(f"{root / 'winogrande'}: labels disagree with dev-labels.lst (lines "
+                        f"{bad[:5]}); use matching files")
     docs = []
     for r in rows:
         a, b = r["context_options"]
@@ -248,8 +248,8 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     files, _, olmo = SOURCES[name]
     root = Path(data) if data else default_data_root()
     if root is not None and not root.is_dir():
-        raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the "
-                        "evaluation sets")
+        raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set "
+                        f"${ENV_DATA}) to the evaluation sets")
     if root is not None:
         hf_raw = name == "hellaswag" and (root / "hellaswag/hellaswag_val.jsonl").exists()
         paths = [root / "hellaswag/hellaswag_val.jsonl"] if hf_raw else [root / f for f in files]
@@ -283,8 +283,8 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     names = [t.strip().lower() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if names in (["paper"], ["all"]):
         if data and not Path(data).is_dir():
-            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set ${ENV_DATA}) to the "
-                            "evaluation sets")
+            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set "
+                            f"${ENV_DATA}) to the evaluation sets")
         keep = []
         for n in TASKS:
             try: task_source(n, data); keep.append(n)
@@ -525,8 +525,8 @@ def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     if isinstance(m, (str, Path)):
         d = Path(m)
         if not (d / "config.json").exists():
-            raise EvalError(f"--hf-model {d}: no config.json there; pass a local transformers GPT-2 "
-                            "directory")
+            raise EvalError(f"--hf-model {d}: no config.json there; pass a local "
+                            "transformers GPT-2 directory")
         from transformers import AutoModelForCausalLM
         m = AutoModelForCausalLM.from_pretrained(str(d), dtype="float32")
     m.eval()
@@ -744,8 +744,8 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     if "perplexity" in m: r["perplexity"] = m["perplexity"]
     if r["source"].endswith("hellaswag_val_full.txt"):
         r["note"] = ("text layout: ctx_a and ctx_b are merged, so lm-eval's capitalisation of ctx_b is not "
-                     "applied; put the official hellaswag_val.jsonl in the data root for lm-eval's exact "
-                     "prompts")
+                     "applied; put the official hellaswag_val.jsonl in the data root "
+                     "for lm-eval's exact prompts")
     task = None
     if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples
                  for a in sm["arguments"][:1]):
@@ -869,8 +869,8 @@ def find_checkpoint(run_dir) -> Path:
     ck = latest_checkpoint(run)
     if ck is None:
         raise EvalError(f"--checkpoint {run}: no complete checkpoint under {run / 'checkpoints'}; train with "
-                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export --import-hf), or "
-                        "pass --hf-model DIR")
+                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export "
+                        "--import-hf), or pass --hf-model DIR")
     return ck
 
 def eval_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1):
@@ -992,11 +992,11 @@ def _cli_run(args) -> int:
     if args.hf_model and args.precision != "fp32":
         raise EvalError("--precision applies to --checkpoint runs; --hf-model runs in fp32")
     if args.hf_model and not (Path(args.hf_model) / "config.json").is_file():
-        raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local transformers GPT-2 "
-                        "folder")
+        raise EvalError(f"--hf-model {args.hf_model}: no config.json there; pass a local "
+                        "transformers GPT-2 folder")
     if args.checkpoint and not Path(args.checkpoint).exists():
-        raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the run folder of "
-                        "`mtnlg train`")
+        raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the "
+                        "run folder of `mtnlg train`")
     if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names, ks)
     parallel = world > 1
     # --json: stdout carries only the JSON

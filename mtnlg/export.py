@@ -72,8 +72,8 @@ def full_to_hf_state(full: dict, cfg: ModelConfig) -> dict:
     "HF GPT-2 state dict of a dict of the project's full tensors."
     missing = [p for p, _, _ in name_map(cfg) if p not in full]
     if missing:
-        raise ExportError(f"full state lacks {missing[:3]} ({len(missing)} tensors); it is not for this "
-                          "model config")
+        raise ExportError(f"full state lacks {missing[:3]} ({len(missing)} tensors); it is "
+                          "not for this model config")
     return {h: (full[p].t() if t else full[p]).float().contiguous().clone() for p, h, t in name_map(cfg)}
 
 # %% ../nbs/08_export.ipynb #d506c810

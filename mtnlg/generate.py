@@ -64,8 +64,8 @@ def prepare_prompts(ids: list[list[int]], max_len: int, s: Sampling) -> list[lis
         if len(x) == 0: raise GenerateError(f"prompt {i} is empty: give at least one token of text")
         if len(x) > room and s.truncate != "left":
             raise GenerateError(f"prompt {i} has {len(x)} tokens; with max_new_tokens {s.max_new_tokens} the "
-                                f"context of {max_len} leaves {room}: shorten it, lower max_new_tokens, or "
-                                "truncate='left'")
+                                f"context of {max_len} leaves {room}: shorten it, lower "
+                                "max_new_tokens, or truncate='left'")
         out.append(list(x)[-room:])
     return out
 

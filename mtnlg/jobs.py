@@ -47,8 +47,8 @@ def check_parameters(notebook, params: dict) -> dict:
     if unknown:
         valid = (", ".join(f"{k} (default {v['default']})" for k, v in declared.items())
                  or "none: it has no cell tagged 'parameters'")
-        raise JobError(f"{Path(notebook).name} does not declare parameter(s) {', '.join(unknown)}; valid: "
-                       f"{valid}")
+        raise JobError(f"{Path(notebook).name} does not declare parameter(s) "
+                       f"{', '.join(unknown)}; valid: {valid}")
     return declared
 
 # %% ../nbs/09_jobs.ipynb #4e60caea
@@ -152,8 +152,8 @@ def launch_command(script_args: list[str], nprocs_per_node: int | None = None, n
     torchrun = [python, "-m", "torch.distributed.run"]
     if "SLURM_JOB_ID" not in env:
         if (nodes or 1) != 1:
-            raise JobError(f"nodes={nodes} needs a Slurm allocation: call this inside sbatch/salloc, or use "
-                           "nodes=1")
+            raise JobError(f"nodes={nodes} needs a Slurm allocation: call this inside "
+                           "sbatch/salloc, or use nodes=1")
         return [*torchrun, "--standalone", "--nnodes=1", f"--nproc-per-node={n}", "--max-restarts=0",
                 *script_args]
     job = env["SLURM_JOB_ID"]
@@ -267,8 +267,8 @@ class SlurmSpec:
         if self.ntasks_per_node < 1: raise JobError(f"--ntasks-per-node {self.ntasks_per_node}: must be >= 1")
         if self.requeue and self.time and _seconds(self.time) <= 2 * self.grace:
             raise JobError(f"--requeue with --time {self.time}: the job requeues itself {self.grace}s before "
-                           f"its limit; give a --time longer than {2 * self.grace}s or a smaller "
-                           "--requeue-grace")
+                           f"its limit; give a --time longer than {2 * self.grace}s or "
+                           "a smaller --requeue-grace")
         return self
 
 # %% ../nbs/09_jobs.ipynb #df2f496b
@@ -280,8 +280,8 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
     declared = check_parameters(nb, params)
     if spec.requeue and "resume" not in declared:
         raise JobError(f"--requeue: {nb.name} declares no `resume` parameter, so a requeued job would start "
-                       "over; add `resume = False` to its parameters cell (and resume from the latest "
-                       "checkpoint when True)")
+                       "over; add `resume = False` to its parameters cell (and resume from the "
+                       "latest checkpoint when True)")
     d = [f"--job-name={job_name or nb.stem}", f"--nodes={spec.nodes}",
          f"--ntasks-per-node={spec.ntasks_per_node}"]
     if spec.gpus_per_node: d.append(f"--gpus-per-node={spec.gpus_per_node}")
@@ -298,8 +298,8 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
     for k, v in params.items(): run += [format_value(v)[0], k, format_value(v)[1]]
     run_cmd = (shlex.join(run) + (' -p resume "$RESUME"' if "resume" in declared and "resume" not in params
                                   else ""))
-    trap = ("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol requeue "
-            "\"$SLURM_JOB_ID\"' USR1"
+    trap = ("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol "
+            "requeue \"$SLURM_JOB_ID\"' USR1"
             if spec.requeue else "")
     return SBATCH_TEMPLATE.format(
         notebook_name=nb.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, run_dir=run_dir,
@@ -314,8 +314,8 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NOD
 def _slurm(*cmd, check=True) -> str:
     "Run a Slurm client command; `JobError` with its message when it fails or is missing."
     if shutil.which(cmd[0]) is None:
-        raise JobError(f"{cmd[0]} not found: run this on a Slurm login node (or use --dry-run to only print "
-                       "the script)")
+        raise JobError(f"{cmd[0]} not found: run this on a Slurm login node (or use --dry-run "
+                       "to only print the script)")
     p = subprocess.run(list(cmd), capture_output=True, text=True)
     if check and p.returncode != 0:
         raise JobError(f"{shlex.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
@@ -434,8 +434,8 @@ def _cli(args) -> int:
             return 0
         job, rd = submit(args.notebook, _params(args), spec, name=args.name, runs_root=args.runs_dir,
                          env_activate=args.env_activate, kernel=args.kernel)
-        print(f"submitted job {job}; run directory {rd}\nfollow it: mtnlg job status {job} / mtnlg job logs "
-              f"{job}")
+        print(f"submitted job {job}; run directory {rd}\nfollow it: mtnlg job status "
+              f"{job} / mtnlg job logs {job}")
         return 0
     if c == "status":
         if not args.job_id:

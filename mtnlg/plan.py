@@ -226,8 +226,8 @@ def rank_placement(tp: int, pp: int, dp: int, gpus_per_node: int = 8, order: str
         raise PlanError(f"tp={tp} spans nodes of {gpus_per_node} GPUs; use tp <= gpus_per_node so TP "
                         "all-reduces stay on NVLink")
     if gpus_per_node % tp:
-        raise PlanError(f"tp={tp} does not divide gpus_per_node={gpus_per_node}; TP groups would straddle "
-                        "nodes")
+        raise PlanError(f"tp={tp} does not divide gpus_per_node={gpus_per_node}; TP "
+                        "groups would straddle nodes")
     st, rows = _strides(tp, pp, dp, order), []
     for r in range(tp * pp * dp):
         c = {k: (r // st[k]) % n for k, n in (("tp", tp), ("dp", dp), ("pp", pp))}
@@ -255,8 +255,8 @@ def placement_table(tp, pp, dp, gpus_per_node=8, order="tp-dp-pp", max_rows=None
     rows = rank_placement(tp, pp, dp, gpus_per_node, order)
     lines = [f"{'rank':>6} {'node':>5} {'local':>5} {'tp':>3} {'pp':>3} {'dp':>4}"]
     for r in rows[:max_rows]:
-        lines.append(f"{r['rank']:>6} {r['node']:>5} {r['local_rank']:>5} {r['tp']:>3} {r['pp']:>3} "
-                     f"{r['dp']:>4}")
+        lines.append(f"{r['rank']:>6} {r['node']:>5} {r['local_rank']:>5} {r['tp']:>3} "
+                     f"{r['pp']:>3} {r['dp']:>4}")
     if max_rows and len(rows) > max_rows: lines.append(f"... {len(rows) - max_rows} more ranks")
     return "\n".join(lines)
 
@@ -316,8 +316,8 @@ def calibrate(cfg: RunConfig, cluster: Cluster, iteration_time: float, recompute
     t2 = predict_time(cfg, cluster, 0.5, recompute, order)["iteration_time"]
     A, C = t2 - t1, 2 * t1 - t2
     if iteration_time <= C:
-        raise PlanError(f"iteration_time {iteration_time}s is below the communication floor {C:.2f}s of this "
-                        "layout")
+        raise PlanError(f"iteration_time {iteration_time}s is below the communication "
+                        f"floor {C:.2f}s of this layout")
     return A / (iteration_time - C)
 
 # %% ../nbs/01_memory.ipynb #4764da4a
@@ -335,11 +335,11 @@ def check_layout(cfg: RunConfig, cluster: Cluster) -> list[str]:
     m, p, o = cfg.model, cfg.parallel, cfg.optim
     if p.tp * p.pp * p.dp != cluster.gpus:
         raise PlanError(f"layout tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.world_size} GPUs, but the "
-                        f"cluster has {cluster.nodes} x {cluster.gpus_per_node} = {cluster.gpus}; change dp "
-                        "or the node count")
+                        f"cluster has {cluster.nodes} x {cluster.gpus_per_node} = {cluster.gpus}; "
+                        "change dp or the node count")
     if p.tp > cluster.gpus_per_node or cluster.gpus_per_node % p.tp:
-        raise PlanError(f"tp={p.tp} must divide gpus_per_node={cluster.gpus_per_node} so TP groups stay "
-                        "inside a node")
+        raise PlanError(f"tp={p.tp} must divide gpus_per_node={cluster.gpus_per_node} so TP "
+                        "groups stay inside a node")
     for name, v in (("num_heads", m.num_heads), ("ffn_hidden_size", m.ffn_hidden_size)):
         if v % p.tp: raise PlanError(f"tp={p.tp} does not divide model.{name}={v}; pick a divisor")
     if p.pp > m.num_layers:
@@ -425,8 +425,8 @@ def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None
         raise PlanError(f"the model fits nowhere on {cluster.gpus} GPUs{fixed}: the leanest layout (tp "
                         f"{L['tp']} x pp {L['pp']} x dp {L['dp']}, micro-batch {L['micro_batch']}) needs "
                         f"{best['peak_bytes_per_gpu']/2**30:.1f} GiB per GPU, "
-                        f"{cluster.usable_bytes/2**30:.1f} GiB usable; add nodes or turn on activation "
-                        "checkpointing/ZeRO")
+                        f"{cluster.usable_bytes/2**30:.1f} GiB usable; add nodes or turn on "
+                        "activation checkpointing/ZeRO")
     return fit
 
 # %% ../nbs/01_memory.ipynb #1ade02d4
@@ -449,8 +449,8 @@ def cli_parser(parser):
     m.add_argument("--iteration-time", type=float, default=None,
                    help="measured seconds per iteration -> achieved TFLOP/s per GPU")
     m.add_argument("--compute-fraction", type=float, default=None,
-                   help=f"fraction of peak reached by compute (default {PAPER_COMPUTE_FRACTION}, fit to the "
-                        "paper)")
+                   help="fraction of peak reached by compute (default "
+                        f"{PAPER_COMPUTE_FRACTION}, fit to the paper)")
     m.add_argument("--recompute", choices=RECOMPUTE, default=None,
                    help="activation recompute (default: full if checkpoint_activations > 0)")
     m.add_argument("--attention", choices=ATTENTION, default="fused",
@@ -525,8 +525,8 @@ def cli_run(args) -> int:
             print(f"layout: tp {tp} x pp {pp} x dp {dp} = {lay.parallel.world_size} GPUs on {nodes} nodes x "
                   f"{gpn}, micro-batch {lay.parallel.micro_batch}, ZeRO {lay.parallel.zero_stage}, recompute "
                   f"{r['layout']['recompute']}")
-            print(f"parameters: {r['parameters']:,} ({r['parameters_unpadded']:,} without vocabulary "
-                  "padding)")
+            print(f"parameters: {r['parameters']:,} ({r['parameters_unpadded']:,} "
+                  "without vocabulary padding)")
             print(f"model states: {r['bytes_per_parameter']} bytes/parameter, "
                   f"{_size(r['model_state_bytes_total'])} in all; {_size(r['model_state_bytes_per_gpu'])} "
                   f"per GPU (stage {r['peak_stage']})")
@@ -545,8 +545,8 @@ def cli_run(args) -> int:
         if args.placement: print(placement_table(tp, pp, dp, gpn, args.order))
         if not r["fits"]:
             print(f"mtnlg plan: layout does not fit: {r['peak_bytes_per_gpu'] / 2**30:.1f} GiB per GPU "
-                  f"needed, {cluster.usable_bytes / 2**30:.1f} GiB usable; run without --tp/--pp to see "
-                  "layouts that fit", file=sys.stderr)
+                  f"needed, {cluster.usable_bytes / 2**30:.1f} GiB usable; run without "
+                  "--tp/--pp to see layouts that fit", file=sys.stderr)
             return 1
         return 0
     mbs = (cfg.parallel.micro_batch,) if args.cfg_micro_batch is not None else (1, 2, 4, 8)
@@ -560,8 +560,8 @@ def cli_run(args) -> int:
     shown = ranked[:args.top] if args.top else ranked
     if args.json: print(json.dumps(shown, indent=2)); return 0
     print(f"{len(ranked)} layouts fit on {nodes} nodes x {gpn} GPUs ({args.cluster}); {cfg.model.num_layers} "
-          f"layers, h {cfg.model.hidden_size}, batch {cfg.optim.global_batch}; memory in GiB per GPU, "
-          "fastest first")
+          f"layers, h {cfg.model.hidden_size}, batch {cfg.optim.global_batch}; memory in "
+          "GiB per GPU, fastest first")
     print(_HEADER)
     for i, r in enumerate(shown): print(_fmt_row(i + 1, r))
     return 0
