@@ -35,13 +35,13 @@ def _eval_data():
     return d
 
 # %% ../nbs/10_demo.ipynb #f730916f
-def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 200, shots: str = "0,1,5",
+def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, shots: str = "0,1,5",
              tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print) -> dict:
     "Corpus -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`; returns the summary."
     from mtnlg.data import prepare_demo_corpus
     from mtnlg.train import run_training, latest_checkpoint, plan_steps
     from mtnlg.eval import load_model_for_eval, evaluate, checkpoint_identity, run_tokenizer
-    from mtnlg.topology import shutdown
+    from mtnlg.topology import shutdown, cpu_malloc_reuse
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,6 +68,7 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 200, s
     times["train_s"] = round(time.time() - t, 1)
 
     t = _stage(3, 4, f"evaluate: {tasks}, {shots}-shot, {eval_limit} examples each", log)
+    cpu_malloc_reuse()                                                   # large logits reuse pages (02_topology)
     scorer, ck = load_model_for_eval(run)
     who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
     try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.name, data=eval_dir,
@@ -95,7 +96,7 @@ def cli_parser(parser):
     "Flags of `mtnlg demo`."
     parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo preset's)")
-    parser.add_argument("--eval-limit", type=int, default=200, help="examples per evaluation task")
+    parser.add_argument("--eval-limit", type=int, default=100, help="examples per evaluation task")
     parser.add_argument("--shots", default="0,1,5", help="shot counts")
     parser.add_argument("--tasks", default=DEMO_TASKS, help="evaluation tasks")
     parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")

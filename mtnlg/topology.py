@@ -12,8 +12,9 @@ import torch.distributed as dist
 from .config import ConfigError, ParallelConfig, RunConfig
 
 # %% auto #0
-__all__ = ['MEGATRON_NOTICES', 'quiet_megatron', 'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches',
-           'Topology', 'init_distributed', 'seed_all', 'shutdown']
+__all__ = ['MEGATRON_NOTICES', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'quiet_megatron', 'parse_partition', 'check_layout',
+           'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'init_distributed', 'seed_all',
+           'shutdown']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -121,6 +122,21 @@ def apply_cpu_patches():
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     cpu_bf16_matmul()
     _PATCHED = True
+
+# %% ../nbs/02_topology.ipynb #b2c0ffee
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4    # glibc mallopt parameter numbers (malloc.h)
+_MALLOC_REUSE = False
+
+def cpu_malloc_reuse(keep_bytes: int = 1 << 30) -> bool:
+    "Serve large CPU tensors from glibc's heap and keep freed memory (up to `keep_bytes`) for reuse; True when set."
+    global _MALLOC_REUSE
+    if _MALLOC_REUSE or torch.cuda.is_available() or os.environ.get("MTNLG_CPU_MALLOC", "1") == "0": return _MALLOC_REUSE
+    import ctypes, ctypes.util
+    try: libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError: return False
+    if not hasattr(libc, "mallopt"): return False                        # not glibc (macOS, musl): nothing to do
+    _MALLOC_REUSE = bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, keep_bytes))
+    return _MALLOC_REUSE
 
 # %% ../nbs/02_topology.ipynb #05eee86d
 @dataclass

@@ -144,10 +144,11 @@ def _build(cfg: RunConfig, run: Path, resume: bool, topo):
 def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) -> dict:
     "Train `cfg` on this rank (under torchrun/srun, or alone); checkpoints and metrics go to `run_dir`. Returns the final state."
     from tqdm.auto import tqdm
-    from mtnlg.topology import init_distributed
+    from mtnlg.topology import init_distributed, cpu_malloc_reuse
     from mtnlg.plan import tflops_per_gpu
     import logging
     topo = init_distributed(cfg.parallel, timeout_s=cfg.timeout_s, run_cfg=cfg)
+    cpu_malloc_reuse()                                        # CPU: large tensors reuse pages (02_topology)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING if topo.rank == 0 else logging.ERROR)
     run, p, seq = Path(run_dir), cfg.parallel, cfg.model.seq_length
     plan, train_ds, valid_ds, engine, state, ck = _build(cfg, run, resume, topo)
