@@ -679,8 +679,9 @@ def follow_forwards(scorer) -> int:
 
 # %% ../nbs/07_eval.ipynb #21b8c832
 def _quiet_lm_eval():
-    "lm-eval logs at WARNING and up only."
-    import logging
+    "lm-eval logs at WARNING and up only; no progress bars from `datasets` (lm-eval's document maps)."
+    import logging, datasets
+    datasets.disable_progress_bars()
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(n).setLevel(logging.ERROR)
 

@@ -4,11 +4,11 @@
 
 # %% ../nbs/04_pipeline.ipynb #f56ceaa3
 from __future__ import annotations
-import types
+import contextlib, io, types
 import torch
 import torch.distributed as dist
 from .config import RunConfig, ConfigError
-from .topology import Topology, parse_partition, seed_all, check_layout
+from .topology import Topology, parse_partition, seed_all, check_layout, is_verbose
 from .model import Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, token_logprobs
 from . import model as _model
 
@@ -56,9 +56,11 @@ def build_pipeline(cfg: RunConfig, topo: Topology):
     cls = _pipeline_class()
     cls._num_blocks = m.num_layers
     method = cfg.parallel.partition_method
-    module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
-                 activation_checkpoint_interval=cfg.parallel.checkpoint_activations, activation_checkpoint_func=_ckpt,
-                 checkpointable_layers=["Block"])
+    quiet = contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
+    with quiet:                                       # DeepSpeed prints its topology and stage lists on rank 0
+        module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
+                     activation_checkpoint_interval=cfg.parallel.checkpoint_activations,
+                     activation_checkpoint_func=_ckpt, checkpointable_layers=["Block"])
     if cfg.compile:                                   # in place: parameter names and checkpoints stay the same
         for block in module.modules():
             if isinstance(block, Block): block.compile()
@@ -135,8 +137,10 @@ def _fix_fp32_clipping(engine, topo: Topology):
 def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None = None, lr_scheduler=None):
     "deepspeed.initialize the pipeline `module` for `cfg`; the engine reports the true global gradient norm."
     import deepspeed
-    engine, _, _, _ = deepspeed.initialize(model=module, config=deepspeed_config(cfg, grad_accum),
-                                           optimizer=adamw(module, cfg), lr_scheduler=lr_scheduler)
+    quiet = contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
+    with quiet:                                       # DeepSpeed's bf16 optimizer prints memory use on rank 0
+        engine, _, _, _ = deepspeed.initialize(model=module, config=deepspeed_config(cfg, grad_accum),
+                                               optimizer=adamw(module, cfg), lr_scheduler=lr_scheduler)
     if not (engine.bfloat16_enabled() or engine.fp16_enabled() or engine.zero_optimization()):
         _fix_fp32_clipping(engine, topo)
     return engine

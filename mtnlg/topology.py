@@ -12,20 +12,30 @@ import torch.distributed as dist
 from .config import ConfigError, ParallelConfig, RunConfig
 
 # %% auto #0
-__all__ = ['MEGATRON_NOTICES', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'quiet_megatron', 'parse_partition', 'check_layout',
-           'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'init_distributed', 'seed_all',
-           'shutdown']
+__all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose', 'quiet_megatron',
+           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
+           'init_distributed', 'seed_all', 'shutdown']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
 
 MEGATRON_NOTICES = ["Transformer Engine and Apex are not installed"]   # start of megatron-core's import notices
+# library-internal notices a user cannot act on (deprecations inside DeepSpeed/megatron-core, the single-process
+# reads of `mtnlg.checkpoint`, a backward through c10d's broadcast that the layout tests show is exact)
+RUNTIME_NOTICES = [(FutureWarning, r"`torch\.distributed\.all_gather_into_tensor` is deprecated"),
+                   (UserWarning, r"c10d::broadcast_: an autograd kernel was not registered"),
+                   (UserWarning, r"torch\.distributed is disabled, unavailable or uninitialized")]
+
+def is_verbose() -> bool:
+    "True when $MTNLG_VERBOSE asks for every notice (`mtnlg --verbose` sets it)."
+    return os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
 
 def quiet_megatron(verbose: bool | None = None) -> bool:
     "Hide megatron-core's import notices here and in child processes, unless `verbose` (default: $MTNLG_VERBOSE)."
-    if verbose is None: verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
+    if verbose is None: verbose = is_verbose()
     if verbose: return False
     for m in MEGATRON_NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
+    for category, m in RUNTIME_NOTICES: warnings.filterwarnings("ignore", message=m, category=category)
     rules = [r for r in os.environ.get("PYTHONWARNINGS", "").split(",") if r]
     rules += [f"ignore:{m}:UserWarning" for m in MEGATRON_NOTICES if f"ignore:{m}:UserWarning" not in rules]
     os.environ["PYTHONWARNINGS"] = ",".join(rules)
@@ -118,6 +128,8 @@ def apply_cpu_patches():
         self.states_[name] = torch.Generator().manual_seed(seed).get_state()
     r.CudaRNGStatesTracker.add = add
     logging.getLogger(r.__name__).setLevel(logging.ERROR)  # fork() warns when the CPU RNG moves inside it
+    if not is_verbose():                                    # a hint for CUDA streams, of no use on the CPU
+        warnings.filterwarnings("ignore", message="When using async grad allreduce", category=UserWarning)
     import deepspeed.comm.torch  # noqa: F401  skip the ~40 s JIT build of DeepSpeed's CPU shm comm op
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     cpu_bf16_matmul()
@@ -219,6 +231,7 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
                                     timeout=timedelta(seconds=timeout_s))
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False,
                                timeout=timedelta(seconds=timeout_s))
+    if not is_verbose(): logging.getLogger("DeepSpeed").setLevel(logging.WARNING)   # its INFO: memory, config dumps
     ps.initialize_model_parallel(tensor_model_parallel_size=parallel.tp, pipeline_model_parallel_size=parallel.pp,
                                  create_gloo_process_groups=False,
                                  distributed_timeout_minutes=max(1, int(timeout_s // 60)))
