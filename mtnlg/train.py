@@ -282,13 +282,15 @@ def prepare_run(cfg: RunConfig, run_dir, resume: bool = False) -> Path:
     save_config(cfg, run / "config.json")
     return run
 
-def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str = "torchrun", env: dict | None = None) -> int:
+def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str = "torchrun", env: dict | None = None,
+           progress: bool = True) -> int:
     "Start the ranks of the run in `run_dir` (its config.json) and wait; returns the exit code (0: finished)."
     from mtnlg.jobs import launch_command
     from mtnlg.config import load_config as _load
     cfg = _load(None, Path(run_dir) / "config.json")
     n = nprocs or cfg.parallel.world_size                  # per node; inside Slurm the allocation's nodes multiply it
-    cmd = launch_command(["-m", "mtnlg.train", str(run_dir)] + (["--resume"] if resume else []), nprocs_per_node=n, mode=mode)
+    argv = ["-m", "mtnlg.train", str(run_dir)] + (["--resume"] if resume else []) + ([] if progress else ["--no-progress"])
+    cmd = launch_command(argv, nprocs_per_node=n, mode=mode)
     env = dict(os.environ if env is None else env)
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(cmd, env=env).returncode
@@ -314,7 +316,7 @@ def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool =
         return state
     run = prepare_run(cfg, run_dir, resume)
     if cfg.parallel.world_size == 1: return run_training_single(cfg, run, resume, progress)
-    code = launch(run, resume, nprocs, mode)
+    code = launch(run, resume, nprocs, mode, progress=progress)
     if code: raise TrainingError(failure_message(run, code))
     return json.loads((latest_checkpoint(run) / "train_state.json").read_text())
 
@@ -357,11 +359,12 @@ def worker_main(argv=None) -> int:
     if int(os.environ.get("RANK", 0)) != 0: warnings.filterwarnings("ignore")   # rank 0 speaks for all ranks
     ap = argparse.ArgumentParser(prog="python -m mtnlg.train")
     ap.add_argument("run_dir"); ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     if int(os.environ.get("RANK", 0)) != 0:
         import logging; logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
     cfg = load_config(None, Path(a.run_dir) / "config.json")
-    try: record(run_training)(cfg, a.run_dir, a.resume)
+    try: record(run_training)(cfg, a.run_dir, a.resume, progress=not a.no_progress)
     except TrainingError as e:
         if int(os.environ.get("RANK", 0)) == 0: print(str(e), file=sys.stderr)
         return 1
