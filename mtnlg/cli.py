@@ -45,10 +45,6 @@ def quiet_notices(verbose: bool = False) -> bool:
     os.environ["PYTHONWARNINGS"] = ",".join(rules + ([] if verbose else mine))
     if not verbose:
         for m in NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
-    if not verbose and "DS_ACCELERATOR" not in os.environ:
-        import torch
-        if not torch.cuda.is_available():          # DeepSpeed's own choice, without its warning from every rank
-            os.environ["DS_ACCELERATOR"] = "cpu"
     return not verbose
 
 def build_parser(argv=None):

@@ -42,6 +42,10 @@ def _pipeline_class():
             self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
     return GPTPipe
 
+def _quiet_stdout():
+    "DeepSpeed's start-up prints dropped unless verbose."
+    return contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
+
 def build_pipeline(cfg: RunConfig, topo: Topology):
     "The decoder as a DeepSpeed PipelineModule for this rank's stage (parameters uninitialized: init or load them)."
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
@@ -56,8 +60,7 @@ def build_pipeline(cfg: RunConfig, topo: Topology):
     cls = _pipeline_class()
     cls._num_blocks = m.num_layers
     method = cfg.parallel.partition_method
-    quiet = contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
-    with quiet:                                       # DeepSpeed prints its topology and stage lists on rank 0
+    with _quiet_stdout():                             # DeepSpeed prints its topology and stage lists on rank 0
         module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
                      activation_checkpoint_interval=cfg.parallel.checkpoint_activations,
                      activation_checkpoint_func=_ckpt, checkpointable_layers=["Block"])
@@ -137,8 +140,7 @@ def _fix_fp32_clipping(engine, topo: Topology):
 def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None = None, lr_scheduler=None):
     "deepspeed.initialize the pipeline `module` for `cfg`; the engine reports the true global gradient norm."
     import deepspeed
-    quiet = contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
-    with quiet:                                       # DeepSpeed's bf16 optimizer prints memory use on rank 0
+    with _quiet_stdout():                             # DeepSpeed's bf16 optimizer prints memory use on rank 0
         engine, _, _, _ = deepspeed.initialize(model=module, config=deepspeed_config(cfg, grad_accum),
                                                optimizer=adamw(module, cfg), lr_scheduler=lr_scheduler)
     if not (engine.bfloat16_enabled() or engine.fp16_enabled() or engine.zero_optimization()):

@@ -36,6 +36,8 @@ def quiet_megatron(verbose: bool | None = None) -> bool:
     if verbose: return False
     for m in MEGATRON_NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
     for category, m in RUNTIME_NOTICES: warnings.filterwarnings("ignore", message=m, category=category)
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"        # DeepSpeed's own choice, without its warning from every rank
     rules = [r for r in os.environ.get("PYTHONWARNINGS", "").split(",") if r]
     rules += [f"ignore:{m}:UserWarning" for m in MEGATRON_NOTICES if f"ignore:{m}:UserWarning" not in rules]
     os.environ["PYTHONWARNINGS"] = ",".join(rules)
