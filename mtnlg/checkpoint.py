@@ -111,9 +111,8 @@ def _inner_optimizer(engine):
 
 def _link_optimizer_state(engine):
     "(Re)link DeepSpeed's per-parameter views of the Adam state."
-    # DeepSpeed 0.19.8's ZeRO-1/2 links them after stepping the *first* param group only, so the parameters
-    # of later groups (here: biases and LayerNorms, no weight decay) never find their state. Linking again
-    # fixes it.
+    # DeepSpeed 0.19.8's ZeRO-1/2 links them after stepping the *first* param group only, so the parameters of
+    # later groups (here: biases and LayerNorms, no weight decay) never find their state; linking again fixes it
     opt = engine.optimizer
     if hasattr(opt, "_lazy_init_hp_params_optimizer_state") and _inner_optimizer(engine).state:
         opt._hp_optimizer_states_linked = False

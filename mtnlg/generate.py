@@ -129,15 +129,28 @@ def stage_layers(num_layers: int, pp: int, pp_rank: int) -> range:
 
 class Stage(nn.Module):
     "The decoder's pieces on pipeline stage `pp_rank` of `pp` (any TP size), for decoding."
-    def __init__(self, cfg, pp: int = 1, pp_rank: int = 0):
+    def __init__(self, cfg, pp: int = 1, pp_rank: int = 0, layers: list | None = None):
+        # layers: this stage's modules as built already (a DeepSpeed pipeline's `forward_funcs`): used, not copied
         super().__init__()
         from mtnlg.model import Embedding, Block, FinalNorm, Head
         self.cfg, self.first, self.last = cfg, pp_rank == 0, pp_rank == pp - 1
+        if layers is not None:
+            self._use(layers)
+            return
         need_embedding = self.first or (self.last and cfg.tie_embeddings)
         self.embedding = Embedding(cfg) if need_embedding else None
         self.blocks = nn.ModuleList(Block(cfg, i) for i in stage_layers(cfg.num_layers, pp, pp_rank))
         self.final_norm = FinalNorm(cfg) if self.last else None
         self.head = Head(cfg) if self.last and not cfg.tie_embeddings else None
+
+    def _use(self, layers: list):
+        "Take the pieces from built modules; a tied output layer comes as `partial(tied_logits, embedding)`."
+        from functools import partial
+        from mtnlg.model import Embedding, Block, FinalNorm, Head
+        mods = [f.args[0] if isinstance(f, partial) else f for f in layers]
+        first_of = lambda cls: next((m for m in mods if isinstance(m, cls)), None)
+        self.embedding, self.final_norm, self.head = first_of(Embedding), first_of(FinalNorm), first_of(Head)
+        self.blocks = nn.ModuleList(m for m in mods if isinstance(m, Block))
 
 # %% ../nbs/13_generate.ipynb #ff197650
 class ModelDecoder:

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, LAUNCHER_VARS
 from mtnlg import eval as ev
 from mtnlg.data import get_tokenizer
 
@@ -279,12 +279,45 @@ def test_cli_layout_that_does_not_fit(run_dir, data, capsys):
     err = capsys.readouterr().err
     assert "--tp 3 --pp 1" in err and "Traceback" not in err
 
-def test_generate_until_greedy_with_stop(tiny_lm, tok):
+def test_generate_until_greedy_with_stop(hf_dir, tok):
+    "Generative requests decode with `mtnlg.generate` over the scorer's model; without a decoder, greedily: same text."
     from lm_eval.api.instance import Instance
+    from mtnlg.generate import Generator
     req = Instance("generate_until", {}, ("Once upon a time", {"until": ["\n"], "max_gen_toks": 6}), 0)
-    [text] = tiny_lm.generate_until([req])
-    ids = tiny_lm.scorer.greedy_generate([tok.tokenize("Once upon a time")], 6)[0]
+    cached = ev.MtnlgLM(ev.hf_scorer(hf_dir), tok)
+    plain = ev.hf_scorer(hf_dir)
+    plain.decoder = None
+    [text] = cached.generate_until([req])
+    assert isinstance(cached.generator, Generator)
+    assert ev.MtnlgLM(plain, tok).generate_until([req]) == [text]
+    ids = plain.greedy_generate([tok.tokenize("Once upon a time")], 6)[0]
     assert "\n" not in text and tok.detokenize(ids).startswith(text)
+
+
+@pytest.fixture(scope="module")
+def tp2pp2dp2_generation(parity_run, tmp_path_factory):
+    "tests/eval_worker.py on 8 processes (TP2 x PP2 x DP2): generative requests while the other ranks follow."
+    from mtnlg.jobs import launch_command
+    out = tmp_path_factory.mktemp("eval_gen") / "out.json"
+    cmd = launch_command([str(ROOT / "tests" / "eval_worker.py"), str(parity_run[1]), str(out)], 8)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_generation_at_tp2pp2dp2_equals_one_process(tp2pp2dp2_generation, parity_run, tok):
+    "Replica 0 decodes (KV cache) as one process does, greedy and sampled, and scoring goes on after it."
+    import eval_worker as W
+    from lm_eval.api.instance import Instance
+    from mtnlg import generate as G
+    got = tp2pp2dp2_generation
+    assert got["generator"] == "LeadGenerator"
+    hf_dir = parity_run[0]
+    assert got["texts"] == G.generate_until(G.load_generator(hf_dir), W.REQUESTS)
+    assert any(got["texts"])
+    [(ll, _)] = ev.hf_scorer(hf_dir).loglikelihood([(tok.tokenize(W.SCORED[0]), tok.tokenize(W.SCORED[1]))])
+    assert abs(got["loglikelihood"] - ll) < 1e-4
 
 def test_generate_until_through_mtnlg_generate(hf_dir, tok):
     "Given a generator (or a function making one, as `mtnlg eval` passes), generative tasks decode with mtnlg.generate."

@@ -1,0 +1,33 @@
+"""One rank of the TP2 x PP2 x DP2 test of generative requests in evaluation: rank 0 drives `MtnlgLM` while the other
+ranks follow, then scores a request to show the forward rounds go on; rank 0 writes the answers as JSON.
+Usage: torchrun --nproc-per-node=8 tests/eval_worker.py RUN_DIR OUT.json"""
+import json, sys, warnings
+warnings.filterwarnings("ignore")
+from lm_eval.api.instance import Instance
+from mtnlg import eval as ev
+from mtnlg.topology import shutdown
+
+REQUESTS = [("The quick brown fox", {"until": ["\n\n"], "max_gen_toks": 8}),
+            ("Hello", {"until": ["."], "max_gen_toks": 6}),
+            ("In the beginning God created", {"until": ["\n"], "max_gen_toks": 8, "do_sample": True,
+                                              "temperature": 0.8})]
+SCORED = ("The king", " is dead")
+
+
+if __name__ == "__main__":
+    run, out = sys.argv[1], sys.argv[2]
+    scorer, _ = ev.load_model_for_eval(run, batch_size=4, tp=2, pp=2, dp=2)
+    tok = ev.run_tokenizer(run)
+    if scorer.topo.rank:
+        ev.follow_forwards(scorer, tok)
+    else:
+        ev.lead_forwards(scorer)
+        lm = ev.MtnlgLM(scorer, tok)
+        try:
+            texts = lm.generate_until([Instance("generate_until", {}, a, i) for i, a in enumerate(REQUESTS)])
+            [(ll, _)] = lm.loglikelihood([Instance("loglikelihood", {}, SCORED, 0)])
+        finally:
+            ev.stop_followers(scorer)
+        with open(out, "w") as f:
+            json.dump({"texts": texts, "generator": type(lm.generator).__name__, "loglikelihood": ll}, f)
+    shutdown()
