@@ -27,7 +27,7 @@ setuptools.setup(
                  'Natural Language :: ' + cfg['language'].title()]
                 + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=['mtnlg', 'mtnlg.*']),
-    include_package_data=True, package_data={'mtnlg': ['tasks/*.yaml']}, install_requires=requirements,
+    include_package_data=True, package_data={'mtnlg': ['task_yamls/*.yaml']}, install_requires=requirements,
     extras_require=extras, python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(), long_description_content_type='text/markdown',
     zip_safe=False, entry_points={'console_scripts': console_scripts, 'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},

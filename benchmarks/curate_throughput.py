@@ -11,6 +11,8 @@ Prints one JSON line per measurement; the outputs of all configurations are chec
 """
 import argparse, html, json, os, pickle, re, resource, subprocess, sys, tempfile, time
 from pathlib import Path
+from mtnlg import indexed as IX
+from mtnlg import tokenizer as TK
 
 SHARED = Path(__file__).resolve().parents[2] / "shared/data"
 
@@ -52,10 +54,10 @@ def child(cfg: dict) -> dict:
     if cfg["kind"] == "single":
         D.curate(srcs, out / "curated", eval_dir=cfg["eval"], quality=qc, cache_dir=cfg["cache"], log=None)
         c1 = os.times(); res["curate_cpu_s"] = round(sum(c1[:4]) - sum(c0[:4]), 2)
-        D.get_tokenizer("gpt2"); import megatron.core.datasets.indexed_dataset   # imports: counted in cpu_s only
+        TK.get_tokenizer("gpt2"); import megatron.core.datasets.indexed_dataset   # imports: counted in cpu_s only
         c2 = os.times()
         for s in srcs:
-            D.tokenize_to_indexed(out / "curated" / f"{s.name}.jsonl", out / "indexed" / s.name, workers=1, log=None)
+            IX.tokenize_to_indexed(out / "curated" / f"{s.name}.jsonl", out / "indexed" / s.name, workers=1, log=None)
         res["tokenize_cpu_s"] = round(sum(os.times()[:4]) - sum(c2[:4]), 2)
         res["work_cpu_s"] = round(res["curate_cpu_s"] + res["tokenize_cpu_s"], 2)
     else:
@@ -84,7 +86,7 @@ def main():
     if a.child:
         print(json.dumps(child(json.loads(a.child)))); return
     import mtnlg.data as D
-    from mtnlg.curation import planted_corpus
+    from mtnlg.corpus import planted_corpus
     with tempfile.TemporaryDirectory() as td:
         td = Path(td)
         srcs = corpus(Path(a.corpus), td / "in", a.mb)

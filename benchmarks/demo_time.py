@@ -117,7 +117,8 @@ def part_train(blend, steps: int, batch: str, out: Path, malloc: str = "1") -> d
 
 def part_eval(run, limit: int, tasks: str, shots: str, full: int) -> dict:
     "Seconds per (task, shots) pair at `limit` examples, glibc's malloc defaults then `cpu_malloc_reuse`, scaled to `full`."
-    from mtnlg.eval import load_model_for_eval, evaluate, run_tokenizer
+    from mtnlg.eval import load_model_for_eval, evaluate
+    from mtnlg.runs import run_tokenizer
     from mtnlg.topology import shutdown, cpu_malloc_reuse
     from mtnlg.demo import _eval_data
     data = _eval_data()
@@ -159,7 +160,7 @@ def main():
         print(json.dumps(res["micro"]), flush=True)
     run = None
     if "train" in parts:
-        from mtnlg.data import prepare_demo_corpus
+        from mtnlg.corpus import prepare_demo_corpus
         from mtnlg.demo import _eval_data
         t0 = time.time()
         blend = prepare_demo_corpus(eval_dir=_eval_data(), log=None)

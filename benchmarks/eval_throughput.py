@@ -16,7 +16,7 @@ import torch
 def make_hf(d: Path, layers: int, hidden: int, heads: int, seq: int) -> Path:
     "A random GPT-2 folder (erf GELU, as the project's model) with the GPT-2 BPE files."
     from transformers import GPT2Config, GPT2LMHeadModel
-    from mtnlg.data import gpt2_files
+    from mtnlg.tokenizer import gpt2_files
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=seq, vocab_size=50257,
                      activation_function="gelu", resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
@@ -78,7 +78,8 @@ def main():
     a = ap.parse_args()
     if a.replicas: return replicas(a)
     from lm_eval.models.huggingface import HFLM
-    from mtnlg.eval import MtnlgLM, load_model_for_eval, run_tokenizer
+    from mtnlg.eval import MtnlgLM, load_model_for_eval
+    from mtnlg.runs import run_tokenizer
     from mtnlg.export import import_hf
     tasks = a.tasks.split(",")
     with tempfile.TemporaryDirectory() as td:

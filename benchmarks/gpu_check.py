@@ -27,6 +27,7 @@ CPU smoke test of every section (small sizes; minutes):
 """
 import argparse, contextlib, datetime, io, json, math, os, shutil, subprocess, sys, time
 from pathlib import Path
+from mtnlg import indexed as IX
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -224,7 +225,7 @@ def tokenize_shakespeare(d: Path) -> str:
     from mtnlg import data as D
     shared = Path(os.environ.get("MTNLG_SHARED", HERE.parents[1] / "shared"))
     src = D.Source("shakespeare", str(shared / "data/corpus/tinyshakespeare/input.txt"), split="blank")
-    if not (d / "shakespeare.bin").exists(): D.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
+    if not (d / "shakespeare.bin").exists(): IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
 

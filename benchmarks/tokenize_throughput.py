@@ -9,7 +9,8 @@ up to --mb megabytes. Prints one JSON line per measurement.
 import argparse, json, os, sys, tempfile, time
 from pathlib import Path
 
-from mtnlg.data import get_tokenizer, gpt2_encoding, tokenize_to_indexed, indexed_stats
+from mtnlg.tokenizer import get_tokenizer, gpt2_encoding
+from mtnlg.indexed import tokenize_to_indexed, indexed_stats
 
 
 def corpus_texts(root: Path, mb: float, doc_chars: int = 4000):

@@ -1,7 +1,6 @@
 """Worker launched by tests/test_checkpoint.py under torchrun: sharded checkpoints across layouts in one launch.
 
-As in tests/parallel_worker.py, the launch's processes are regrouped phase by phase into independent sub-worlds
-(their own process group and port). Each job runs the library's real training path (`mtnlg.train.train`) or a
+The launch's processes are regrouped phase by phase into independent sub-worlds (tests/subworld.py). Each job runs the library's real training path (`mtnlg.train.train`) or a
 check, and writes OUT/<job>.json (rank 0) or OUT/<job>.err<rank>.json (any rank that failed):
 
 - train: `train(cfg, run, resume)`; with `copy` the job first copies another job's run folder and points
@@ -21,6 +20,7 @@ import torch
 
 from mtnlg.config import load_config
 from mtnlg.topology import init_distributed, shutdown
+from subworld import run_plan
 
 
 def _copy(job, out):
@@ -152,35 +152,11 @@ def run_memory(job, out):
     shutdown()
 
 
-def main():
-    plan, outdir = json.load(open(sys.argv[1])), sys.argv[2]
-    grank, base_port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
-    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-    port, ok = base_port, True
-    for phase in plan:
-        for job in phase:
-            port += 2                                       # two ports a job: verify, then train
-            first, n = job["ranks"]
-            if not first <= grank < first + n: continue
-            os.environ.update(RANK=str(grank - first), WORLD_SIZE=str(n), LOCAL_RANK=str(grank - first),
-                              MASTER_PORT=str(port), MASTER_ADDR="127.0.0.1")
-            local, out, t0 = grank - first, {"name": job["name"]}, time.time()
-            try:
-                if local == 0 and job.get("copy"): _copy(job, out)
-                {"train": run_train, "dropout": run_dropout, "memory": run_memory}[job["kind"]](job, out)
-            except Exception as e:
-                ok = False
-                out["error"] = f"rank {grank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-            out["seconds"] = round(time.time() - t0, 1)
-            per_rank = "error" in out or job["kind"] == "memory"
-            if per_rank or local == 0:
-                path = os.path.join(outdir, f"{job['name']}.r{local}.json" if per_rank else f"{job['name']}.json")
-                json.dump(out, open(path + ".tmp", "w"))
-                os.replace(path + ".tmp", path)
-            if "error" in out: sys.exit(1)
-            shutdown()
-    sys.exit(0 if ok else 1)
+def run_job(job, out):
+    "One job of the plan in its sub-world (tests/subworld.py)."
+    if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
+    {"train": run_train, "dropout": run_dropout, "memory": run_memory}[job["kind"]](job, out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_plan(run_job, ports_per_job=2))

@@ -16,6 +16,13 @@ def run_notebook_tests(nb_path, timeout=1200):
     p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode == 0, p.stdout + p.stderr
 
+def free_port() -> int:
+    "A free TCP port on localhost (the kernel's choice)."
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 def free_port_block(n: int) -> int:
     "First of `n` consecutive free ports below the ephemeral range (where a launch's own client sockets land)."
     import random, socket
@@ -34,6 +41,17 @@ def shared_data():
     d = SHARED / "data"
     if not d.exists(): pytest.fail(f"{d} is missing: put the shared data folder beside the repo or set MTNLG_SHARED")
     return d
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    "A private one-node Slurm on localhost for the session (tests/slurm_local.py); its daemons stop at the end."
+    import slurm_local
+    why = slurm_local.unavailable()
+    if why: pytest.skip(f"cannot start a local Slurm: {why}")
+    cluster = slurm_local.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()
 
 
 def pytest_configure(config):

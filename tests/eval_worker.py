@@ -6,6 +6,7 @@ warnings.filterwarnings("ignore")
 from lm_eval.api.instance import Instance
 from mtnlg import eval as ev
 from mtnlg.topology import shutdown
+from mtnlg import runs as RN
 
 REQUESTS = [("The quick brown fox", {"until": ["\n\n"], "max_gen_toks": 8}),
             ("Hello", {"until": ["."], "max_gen_toks": 6}),
@@ -17,7 +18,7 @@ SCORED = ("The king", " is dead")
 if __name__ == "__main__":
     run, out = sys.argv[1], sys.argv[2]
     scorer, _ = ev.load_model_for_eval(run, batch_size=4, tp=2, pp=2, dp=2)
-    tok = ev.run_tokenizer(run)
+    tok = RN.run_tokenizer(run)
     if scorer.topo.rank:
         ev.follow_forwards(scorer, tok)
     else:

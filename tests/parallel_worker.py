@@ -1,8 +1,7 @@
 """Worker launched by tests/test_parallel.py under torchrun: runs several layouts in one launch.
 
-The launch's processes are regrouped, phase by phase, into independent sub-worlds (each its own process group on
-its own port, made by mtnlg.topology.init_distributed from RANK/WORLD_SIZE/MASTER_PORT), so one 8-process launch
-runs e.g. TP2xPP2xDP2 on all 8, then PP4 on 4 + TP2 on 2 + PP2 on 2 side by side, and so on. Each job trains 5
+The launch's processes are regrouped, phase by phase, into independent sub-worlds (tests/subworld.py), so one
+8-process launch runs e.g. TP2xPP2xDP2 on all 8, then PP4 on 4 + TP2 on 2 + PP2 on 2 side by side, and so on. Each job trains 5
 steps from the same seeded full state and writes its losses, gradient norms, a slice->gather round-trip check and
 log-probabilities to OUT/<job>.json for the test to compare with the 1-process reference job.
 
@@ -18,6 +17,7 @@ from mtnlg.topology import init_distributed, shutdown
 from mtnlg.model import GPT, init_full_state, load_full_state as load_gpt, init_parameters, full_named_parameters, shard
 from mtnlg.pipeline import build_pipeline, build_engine, eval_logprobs, param_groups
 from mtnlg.eval import gpt_scorer, pipeline_scorer
+from subworld import run_plan, write_json
 
 GLOBAL_BATCH, STEPS = 8, 5
 
@@ -106,40 +106,13 @@ def run_layout(cfg, out):
     return topo
 
 
-def main():
-    plan, outdir = json.load(open(sys.argv[1])), sys.argv[2]
-    grank, base_port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
-    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)   # sub-worlds make their own stores
-    port = base_port
-    ok = True
-    for phase in plan:
-        for job in phase:
-            port += 1
-            first, n = job["ranks"]
-            if not first <= grank < first + n: continue
-            os.environ.update(RANK=str(grank - first), WORLD_SIZE=str(n), LOCAL_RANK=str(grank - first),
-                              MASTER_PORT=str(port), MASTER_ADDR="127.0.0.1")
-            cfg = make_cfg(job)
-            out = {"name": job["name"], "loss": [], "gnorm": []}
-            t0 = time.time()
-            topo = None
-            try:
-                topo = (run_reference if job.get("reference") else run_layout)(cfg, out)
-            except Exception as e:
-                ok = False
-                out["error"] = f"rank {grank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-            out["seconds"] = round(time.time() - t0, 1)
-            local = int(os.environ["RANK"])
-            if local == 0 or "error" in out:
-                path = os.path.join(outdir, f"{job['name']}.json" if local == 0 else f"{job['name']}.err{grank}.json")
-                json.dump(out, open(path + ".tmp", "w")); os.replace(path + ".tmp", path)
-            if "eval_logp" in out and local != 0:                   # last stage's log-probs
-                path = os.path.join(outdir, f"{job['name']}.eval.json")
-                json.dump(out, open(path + ".tmp", "w")); os.replace(path + ".tmp", path)
-            if "error" in out: sys.exit(1)
-            shutdown()
-    sys.exit(0 if ok else 1)
+def run_job(job, out):
+    "One job of the plan in its sub-world (tests/subworld.py); the last stage also writes its log-probabilities."
+    out.update(loss=[], gnorm=[])
+    (run_reference if job.get("reference") else run_layout)(make_cfg(job), out)
+    if "eval_logp" in out and int(os.environ["RANK"]) != 0:
+        write_json(os.path.join(sys.argv[2], f"{job['name']}.eval.json"), out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_plan(run_job))

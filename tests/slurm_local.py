@@ -8,8 +8,9 @@ find the cluster through `SLURM_CONF`, which `start` puts into `os.environ` (job
 `unavailable()` says why Slurm cannot start here (not root, no apt-get), or None.
 """
 from __future__ import annotations
-import os, shutil, socket, subprocess, time
+import os, shutil, subprocess, time
 from pathlib import Path
+from conftest import free_port
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 BINARIES = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd", "munged": "/usr/sbin/munged",
@@ -32,10 +33,6 @@ def install(log=print):
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES], check=True, env=env)
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
 def _mem_mb() -> int:
     kb = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
@@ -128,9 +125,9 @@ class LocalSlurm:
                                f"--pid-file={r}/munge/munged.pid", f"--log-file={r}/log/munged.log",
                                f"--seed-file={r}/munge/munged.seed"])
         self._wait("the munge socket", sock.exists, 15)
-        lo = _free_port()
+        lo = free_port()
         self.conf = r / "slurm.conf"
-        self.conf.write_text(CONF.format(root=r, ctld_port=_free_port(), slurmd_port=_free_port(),
+        self.conf.write_text(CONF.format(root=r, ctld_port=free_port(), slurmd_port=free_port(),
                                          srun_lo=lo, srun_hi=lo + 50 if lo + 50 < 65535 else lo,
                                          cpus=os.cpu_count(), mem_mb=_mem_mb()))
         os.environ["SLURM_CONF"] = str(self.conf)

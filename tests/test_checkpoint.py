@@ -16,9 +16,10 @@ import pytest
 from mtnlg import data as D
 from mtnlg.train import read_metrics
 from mtnlg.checkpoint import latest_checkpoint
-from conftest import free_port_block
+from mtnlg import indexed as IX
+from conftest import ROOT
+from subworld import launch
 
-ROOT = Path(__file__).resolve().parents[1]
 ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
 
 
@@ -26,7 +27,7 @@ ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP
 def corpus(tmp_path_factory, shared_data):
     d = tmp_path_factory.mktemp("corpus")
     src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
-    D.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
+    IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
 
@@ -56,22 +57,11 @@ def results(tmp_path_factory, corpus):
                              copy=[str(runs / "bf16"), 5])
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
-    memory = dict(name="memory", kind="memory", ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
+    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
     plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
             [resumes["r111"], dropout, bf16], [bf16_resume], [memory]]
-    (out / "plan.json").write_text(json.dumps(plan))
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
-    port = free_port_block(3 + 2 * sum(map(len, plan)))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "--master-port", str(port),
-           str(ROOT / "tests" / "checkpoint_worker.py"), str(out / "plan.json"), str(out)]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    res, per_rank, errors = {}, {}, []
-    for f in sorted(out.glob("*.json")):
-        if f.name == "plan.json": continue
-        d = json.loads(f.read_text())
-        if "error" in d: errors.append(d["error"])
-        elif ".r" in f.name: per_rank.setdefault(f.name.split(".")[0], []).append(d)
-        else: res[f.name.split(".")[0]] = d
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
+    res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
     assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
     return res, per_rank, runs
 

@@ -6,18 +6,21 @@ import pytest
 
 from mtnlg.config import DataConfig
 from mtnlg import data as D
+from mtnlg import config as CF
+from mtnlg import indexed as IX
+from mtnlg import tokenizer as TK
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def test_gpt2_known_ids():
-    t = D.get_tokenizer("gpt2")
+    t = TK.get_tokenizer("gpt2")
     assert t.tokenize("Hello world") == [15496, 995]
     assert t.tokenize(" the") == [262] and t.eod == 50256 and t.vocab_size == 50257
     assert t.detokenize(t.tokenize("naïve café — ok")) == "naïve café — ok"
     import pickle
     from megatron.core.tokenizers import MegatronTokenizerBase
-    assert isinstance(t, D.Tokenizer) and issubclass(D.Tokenizer, MegatronTokenizerBase)
+    assert isinstance(t, TK.Tokenizer) and issubclass(TK.Tokenizer, MegatronTokenizerBase)
     assert pickle.loads(pickle.dumps(t)).tokenize("Hello world") == [15496, 995]
     r = subprocess.run([sys.executable, "-c", "import sys, mtnlg.curation; print('megatron' in sys.modules)"],
                        capture_output=True, text=True)
@@ -38,7 +41,7 @@ def _docs(tmp_path, name, texts):
 ])
 def test_bad_input_names_file_and_line(tmp_path, content, kind, line):
     p = tmp_path / "in.jsonl"; p.write_bytes(content)
-    with pytest.raises(D.DataError) as e: list(D.read_documents(D.Source("s", str(p))))
+    with pytest.raises(CF.DataError) as e: list(D.read_documents(D.Source("s", str(p))))
     assert f"in.jsonl:{line}" in str(e.value) and kind in str(e.value) and "on_error" in str(e.value)
     sk = D.Skips()
     list(D.read_documents(D.Source("s", str(p)), on_error="skip", skips=sk))
@@ -51,7 +54,7 @@ def test_compressed_and_missing(tmp_path):
     (tmp_path / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "zst doc"}\n'))
     got = [d["text"] for d in D.read_documents(D.Source("s", str(tmp_path), glob="*.jsonl.*"))]
     assert got == ["gz doc", "zst doc"]
-    with pytest.raises(D.DataError, match="does not exist"): D.parse_source(f"x={tmp_path}/nope.jsonl")
+    with pytest.raises(CF.DataError, match="does not exist"): D.parse_source(f"x={tmp_path}/nope.jsonl")
 
 
 def test_hf_load_from_disk(tmp_path):
@@ -63,25 +66,25 @@ def test_hf_load_from_disk(tmp_path):
 def test_tokenize_matches_tokenizer_and_is_atomic(tmp_path, shared_data):
     texts = [(shared_data / "corpus/tinyshakespeare/input.txt").read_text()[i:i + 2000] for i in range(0, 200_000, 2000)]
     src = _docs(tmp_path, "shk", texts)
-    r = D.tokenize_to_indexed(src, tmp_path / "out/shk", workers=2, batch_docs=7, log=None)
+    r = IX.tokenize_to_indexed(src, tmp_path / "out/shk", workers=2, batch_docs=7, log=None)
     from megatron.core.datasets.indexed_dataset import IndexedDataset
     ds = IndexedDataset(str(tmp_path / "out/shk"))
-    tok = D.get_tokenizer("gpt2")
+    tok = TK.get_tokenizer("gpt2")
     assert len(ds) == len(texts) == r["documents"]
     for i in (0, 37, 99):   # order kept across workers, EOD after each document
         assert list(ds[i]) == tok.tokenize(texts[i]) + [50256]
     assert r["tokens"] == sum(len(tok.tokenize(t)) + 1 for t in texts)
     # a bad line in the middle: error, and no .bin/.idx (old pair removed? no: old pair stays untouched)
     bad = tmp_path / "bad.jsonl"; bad.write_text(src.read_text() + "{broken\n")
-    with pytest.raises(D.DataError, match="bad.jsonl:101"):
-        D.tokenize_to_indexed(bad, tmp_path / "out/bad", workers=2, log=None)
+    with pytest.raises(CF.DataError, match="bad.jsonl:101"):
+        IX.tokenize_to_indexed(bad, tmp_path / "out/bad", workers=2, log=None)
     assert not list((tmp_path / "out").glob("bad*")) and not list((tmp_path / "out").glob("*.tmp-*"))
 
 
 def test_killed_run_leaves_nothing_valid(tmp_path, shared_data):
     text = (shared_data / "corpus/gutenberg/melville-moby_dick.txt").read_text()
     src = _docs(tmp_path, "big", [text[i:i + 5000] for i in range(0, len(text), 5000)] * 6)
-    code = (f"from mtnlg.data import tokenize_to_indexed; tokenize_to_indexed({str(src)!r}, {str(tmp_path / 'o/big')!r}, "
+    code = (f"from mtnlg.indexed import tokenize_to_indexed; tokenize_to_indexed({str(src)!r}, {str(tmp_path / 'o/big')!r}, "
             "workers=1, batch_docs=4, log=None)")
     p = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 60
@@ -145,15 +148,15 @@ def _blend(tmp_path, shared_data, weights):
     for name, w in weights.items():
         s = D.Source(name, str(files[name]), glob="**/*-*.txt" if name == "books" else "**/*.txt",
                      split="blank" if name != "speech" else "")
-        D.tokenize_to_indexed([s], tmp_path / name, workers=1, on_error="replace", log=None)
-        ents.append(D.BlendEntry(name, name, w))
-    return D.save_blend(ents, tmp_path / "blend.json")
+        IX.tokenize_to_indexed([s], tmp_path / name, workers=1, on_error="replace", log=None)
+        ents.append(IX.BlendEntry(name, name, w))
+    return IX.save_blend(ents, tmp_path / "blend.json")
 
 
 def test_blend_follows_weights_and_is_deterministic(tmp_path, shared_data):
     spec = _blend(tmp_path, shared_data, {"speech": 0.6, "books": 0.3, "wiki": 0.1})
     dc = DataConfig(path=str(spec), split="90,5,5", seed=3)
-    train, valid, test = D.build_datasets(dc, 32, (10_000, 100, 100))
+    train, valid, test = IX.build_datasets(dc, 32, (10_000, 100, 100))
     ids = np.array([train[i]["dataset_id"] for i in range(10_000)])
     frac = np.bincount(ids, minlength=3) / len(ids)
     assert np.abs(frac - [0.6, 0.3, 0.1]).max() < 0.01, frac
@@ -161,9 +164,9 @@ def test_blend_follows_weights_and_is_deterministic(tmp_path, shared_data):
     assert it["tokens"].shape == (32,) and (it["tokens"][1:] == it["labels"][:-1]).all() and it["loss_mask"].shape == (32,)
     assert len(valid) >= 100 and len(test) >= 100
     assert list((tmp_path / "cache").glob("*shuffle_index.npy"))      # cached sample indices
-    again = D.build_datasets(dc, 32, (10_000, 100, 100))[0]
+    again = IX.build_datasets(dc, 32, (10_000, 100, 100))[0]
     assert all((again[i]["tokens"] == train[i]["tokens"]).all() for i in range(0, 10_000, 501))
-    other = D.build_datasets(DataConfig(path=str(spec), split="90,5,5", seed=4), 32, (10_000, 100, 100))[0]
+    other = IX.build_datasets(DataConfig(path=str(spec), split="90,5,5", seed=4), 32, (10_000, 100, 100))[0]
     assert any((other[i]["tokens"] != train[i]["tokens"]).any() for i in range(0, 100))
 
 
@@ -171,20 +174,20 @@ def test_blend_spec_errors(tmp_path, shared_data):
     spec = _blend(tmp_path, shared_data, {"wiki": 1.0})
     d = json.loads(spec.read_text())
     d["datasets"][0]["weight"] = 0; bad = tmp_path / "w0.json"; bad.write_text(json.dumps(d))
-    with pytest.raises(D.DataError, match=r"entry 0 \(wiki\): weight 0.0 must be > 0"): D.load_blend(bad)
+    with pytest.raises(CF.DataError, match=r"entry 0 \(wiki\): weight 0.0 must be > 0"): IX.load_blend(bad)
     d["datasets"][0].update(weight=1, path="nowhere"); bad.write_text(json.dumps(d))
-    with pytest.raises(D.DataError, match="nowhere.bin does not exist"): D.load_blend(bad)
-    with pytest.raises(D.DataError, match="no documents"):   # 1 document cannot feed 3 splits
-        one = tmp_path / "one"; D.tokenize_to_indexed(_docs(tmp_path, "one", ["a single document"]), one, workers=1, log=None)
-        D.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 10, 10))
-    tr, va, te = D.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 0, 0))
+    with pytest.raises(CF.DataError, match="nowhere.bin does not exist"): IX.load_blend(bad)
+    with pytest.raises(CF.DataError, match="no documents"):   # 1 document cannot feed 3 splits
+        one = tmp_path / "one"; IX.tokenize_to_indexed(_docs(tmp_path, "one", ["a single document"]), one, workers=1, log=None)
+        IX.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 10, 10))
+    tr, va, te = IX.build_datasets(DataConfig(path=str(one), split="80,10,10"), 16, (10, 0, 0))
     assert len(tr) >= 10 and va is None and te is None
 
 
 def test_mock_and_paper_blend():
-    tr, va, te = D.build_datasets(DataConfig(path="mock"), 16, (20, 4, 4))
+    tr, va, te = IX.build_datasets(DataConfig(path="mock"), 16, (20, 4, 4))
     assert type(tr).__name__ == "MockGPTDataset" and tr[0]["tokens"].shape == (16,)
-    df = D.blend_table(D.paper_blend(), 270e9)
+    df = IX.blend_table(IX.paper_blend(), 270e9)
     assert len(df) == 15 and abs(df.weight.sum() - 1) < 1e-9
     assert abs(df.loc["Books3", "epochs"] - 1.5) < 0.05 and abs(df.loc["Pile-CC", "epochs"] - 0.5) < 0.05
 
@@ -206,7 +209,7 @@ def test_cli(tmp_path, shared_data):
     r = run("blend", f"Books3={tmp_path}/idx/speech", f"PubMed_Abstracts={tmp_path}/cur2/indexed/speech", "--out",
             tmp_path / "paper.json", "--budget", "1e6")
     assert r.returncode == 0 and "epochs" in r.stdout and "tokens_drawn" in r.stdout, r.stdout + r.stderr
-    assert [e.weight for e in D.load_blend(tmp_path / "paper.json")] == [.14336, .02897]
+    assert [e.weight for e in IX.load_blend(tmp_path / "paper.json")] == [.14336, .02897]
     r = run("build", tmp_path / "paper.json", "--seq", 32, "--samples", "100,10,0", "--split", "90,10,0")
     assert r.returncode == 0 and "train: BlendedDataset" in r.stdout and "drawn fractions" in r.stdout, r.stdout + r.stderr
     r = run("stats", "paper", "--plot", tmp_path / "p.png"); assert r.returncode == 0 and (tmp_path / "p.png").exists()
@@ -240,43 +243,44 @@ def test_pile_subset(tmp_path):
     p.write_text("".join(json.dumps({"text": t, "meta": {"pile_set_name": s}}) + "\n" for s, t in rows))
     assert [d["text"] for d in D.read_documents(D.parse_source(f"cc@Pile-CC={p}"))] == ["a web page", "another page"]
     assert [d["id"] for d in D.read_documents(D.Source("b", str(p), pile_set="Books3"))] == [f"{p}:2"]
-    with pytest.raises(D.DataError, match=r"unknown Pile subset 'Pile CC' \(did you mean 'Pile-CC'"):
+    with pytest.raises(CF.DataError, match=r"unknown Pile subset 'Pile CC' \(did you mean 'Pile-CC'"):
         D.parse_source(f"cc@Pile CC={p}")
 
 
 def test_unreadable_files_are_named(tmp_path):
     bad = tmp_path / "broken.jsonl.gz"; bad.write_bytes(b"not gzip at all")
-    with pytest.raises(D.DataError, match=r"broken.jsonl.gz: cannot read \(BadGzipFile"):
+    with pytest.raises(CF.DataError, match=r"broken.jsonl.gz: cannot read \(BadGzipFile"):
         list(D.read_documents(D.Source("s", str(bad))))
     z = tmp_path / "bad.jsonl.zst"; z.write_bytes(b'{"text": "plain jsonl named .zst"}\n')
-    with pytest.raises(D.DataError, match=r"bad.jsonl.zst: cannot read \(ZstdError"): list(D.read_documents(D.Source("s", str(z))))
+    with pytest.raises(CF.DataError, match=r"bad.jsonl.zst: cannot read \(ZstdError"): list(D.read_documents(D.Source("s", str(z))))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(D.DataError, match=r"empty: no file matches glob '\*\*/\*.txt'"):
+    with pytest.raises(CF.DataError, match=r"empty: no file matches glob '\*\*/\*.txt'"):
         list(D.read_documents(D.Source("s", str(tmp_path / "empty"), glob="**/*.txt")))
 
 
 def test_make_blend_paper_weights_and_epochs(tmp_path, shared_data):
     pre = {}
     for name, f in (("Books3", "tinyshakespeare/input.txt"), ("wikipedia", "wikitext2/test.txt")):
-        D.tokenize_to_indexed(D.Source(name, str(shared_data / "corpus" / f), split="blank"), tmp_path / "idx" / name,
+        IX.tokenize_to_indexed(D.Source(name, str(shared_data / "corpus" / f), split="blank"), tmp_path / "idx" / name,
                               workers=1, log=None)
         pre[name] = tmp_path / "idx" / name
-    df = D.make_blend(pre, tmp_path / "spec/blend.json", budget=1e7)
-    ents = D.load_blend(tmp_path / "spec/blend.json")            # paths relative to the spec, files checked
+    df = IX.make_blend(pre, tmp_path / "spec/blend.json", budget=1e7)
+    ents = IX.load_blend(tmp_path / "spec/blend.json")            # paths relative to the spec, files checked
     assert [e.weight for e in ents] == [.14336, .04771] and all(e.tokens > 0 for e in ents)
     w3 = .14336 / (.14336 + .04771)
     assert abs(df.loc["Books3", "weight"] - w3) < 1e-12
     assert abs(df.loc["Books3", "epochs"] - w3 * 1e7 / ents[0].tokens) < 1e-9
-    with pytest.raises(D.DataError, match="not datasets of the paper's blend"):
-        D.make_blend({"mine": pre["Books3"]}, tmp_path / "x.json")
-    with pytest.raises(D.DataError, match=r"no weight for \['wikipedia'\]"):
-        D.make_blend(pre, tmp_path / "x.json", weights="Books3=1")
+    with pytest.raises(CF.DataError, match="not datasets of the paper's blend"):
+        IX.make_blend({"mine": pre["Books3"]}, tmp_path / "x.json")
+    with pytest.raises(CF.DataError, match=r"no weight for \['wikipedia'\]"):
+        IX.make_blend(pre, tmp_path / "x.json", weights="Books3=1")
 
 
 # A curation run of the datatrove stages on real text with planted problems, shared by the tests below.
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory, shared_data):
-    from mtnlg.curation import CurationRun, curate_run, planted_corpus
+    from mtnlg.curation import CurationRun, curate_run
+    from mtnlg.corpus import planted_corpus
     root = tmp_path_factory.mktemp("curation")
     srcs, qc, plant = planted_corpus(root / "in", shared_data)
     run = CurationRun(srcs, str(root / "local"), tasks=2, eval_dir=str(shared_data / "eval"), cache_dir=str(root / "cache"))
@@ -314,11 +318,11 @@ def test_curation_same_token_ids_as_one_process_curate(planted, shared_data):
     root, out = planted["root"], Path(planted["run"].out)
     old = D.curate(planted["srcs"], root / "old", eval_dir=shared_data / "eval", quality=planted["qc"],
                    cache_dir=root / "cache", log=None)
-    tok = D.get_tokenizer("gpt2")
+    tok = TK.get_tokenizer("gpt2")
     from megatron.core.datasets.indexed_dataset import IndexedDataset
     for s in planted["srcs"]:
         assert (root / f"old/{s.name}.jsonl").read_text() == (out / f"curated/{s.name}.jsonl").read_text()
-        D.tokenize_to_indexed(root / f"old/{s.name}.jsonl", root / f"oldidx/{s.name}", workers=1, log=None)
+        IX.tokenize_to_indexed(root / f"old/{s.name}.jsonl", root / f"oldidx/{s.name}", workers=1, log=None)
         for ext in ("bin", "idx"):
             assert (root / f"oldidx/{s.name}.{ext}").read_bytes() == (out / f"indexed/{s.name}.{ext}").read_bytes()
         ds, docs = IndexedDataset(str(out / f"indexed/{s.name}")), _texts(out, s.name)
@@ -332,28 +336,29 @@ def test_curation_bad_input(planted, tmp_path):
     srcs, qc = planted["srcs"], planted["qc"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "fine " * 60}) + "\n" + '{"text": "oops\n')
-    with pytest.raises(D.DataError, match=r"bad.jsonl:2: malformed JSON"):
+    with pytest.raises(CF.DataError, match=r"bad.jsonl:2: malformed JSON"):
         curate_run(CurationRun([D.Source("bad", str(bad))], str(tmp_path / "r1"), tasks=1), workers=1, log=None)
     assert not (tmp_path / "r1/curated").exists()
     gz = tmp_path / "broken.jsonl.gz"; gz.write_bytes(b"\x1f\x8b garbage")
-    with pytest.raises(D.DataError, match="broken.jsonl.gz: cannot read"):
+    with pytest.raises(CF.DataError, match="broken.jsonl.gz: cannot read"):
         curate_run(CurationRun([D.Source("gz", str(gz))], str(tmp_path / "r2"), tasks=1), workers=1, log=None)
-    with pytest.raises(D.DataError, match="unknown Pile subset 'Books 3'"):
+    with pytest.raises(CF.DataError, match="unknown Pile subset 'Books 3'"):
         curate_run(CurationRun([D.Source("b", str(bad), pile_set="Books 3")], str(tmp_path / "r3")), log=None)
     assert not (tmp_path / "r3").exists()                                   # refused before any work
-    with pytest.raises(D.DataError, match=r"holds another curation run \(it differs in eval_dir, min_chars\)"):
+    with pytest.raises(CF.DataError, match=r"holds another curation run \(it differs in eval_dir, min_chars\)"):
         curate_run(CurationRun(srcs, planted["run"].out, tasks=2, min_chars=100), qc, log=None)
-    with pytest.raises(D.DataError, match="ask for quality filtering"):
+    with pytest.raises(CF.DataError, match="ask for quality filtering"):
         curate_run(CurationRun(srcs, str(tmp_path / "r4")), None, log=None)
     (tmp_path / "r5").mkdir(); (tmp_path / "r5/notes.txt").write_text("mine")
-    with pytest.raises(D.DataError, match="holds no run.json"):
+    with pytest.raises(CF.DataError, match="holds no run.json"):
         curate_run(CurationRun([D.Source("b", str(bad))], str(tmp_path / "r5")), log=None)
 
 
 # Deduplication stages (1-3) alone: the earlier-member rule on a chain, and memory per task bounded by its share.
 def test_dedup_rule_on_a_chain(tmp_path, shared_data):
     "C is a near-duplicate of A and B, A and B are not: A, B, C removes C only; A, C, B removes C and B."
-    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions, near_chain
+    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions
+    from mtnlg.corpus import near_chain
     docs = dict(zip("ABC", near_chain(shared_data)))
     for order, removed in (("ABC", ["C"]), ("ACB", ["B", "C"])):
         (tmp_path / f"{order}.jsonl").write_text("".join(json.dumps({"text": docs[x]}) + "\n" for x in order))
@@ -406,17 +411,7 @@ def test_dedup_memory_per_task_follows_its_share(tmp_path, shared_data):
     assert max(h["marks"] for h in cluster) < len(marks)
 
 
-# The same run as Slurm job arrays on a real one-node Slurm (tests/slurm_local.py, as in test_jobs.py).
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    import slurm_local
-    why = slurm_local.unavailable()
-    if why: pytest.skip(f"cannot start a local Slurm: {why}")
-    cluster = slurm_local.start(tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    cluster.stop()
-
-
+# The same run as Slurm job arrays on a real one-node Slurm (the session's `slurm_cluster`, conftest.py).
 def _slurm_jobs(env):
     out = subprocess.run(["squeue", "-h", "-o", "%i %T %r"], capture_output=True, text=True, env=env).stdout
     return [l.split() for l in out.splitlines() if l.strip()]
@@ -495,4 +490,4 @@ def test_warc_text_extraction(tmp_path, shared_data):
     assert len(docs) == 3 and all("<" not in d["text"] and "var x" not in d["text"] for d in docs)
     assert docs[0]["text"].startswith("Home | Tags") and D.html_to_text(pages[0]).split()[3] in docs[0]["text"]
     (tmp_path / "cut.warc.gz").write_bytes(p.read_bytes()[:100])
-    with pytest.raises(D.DataError, match="cut.warc.gz: cannot read"): list(D.read_documents(D.Source("c", str(tmp_path / "cut.warc.gz"))))
+    with pytest.raises(CF.DataError, match="cut.warc.gz: cannot read"): list(D.read_documents(D.Source("c", str(tmp_path / "cut.warc.gz"))))

@@ -8,7 +8,10 @@ import pytest
 import torch
 from conftest import ROOT, LAUNCHER_VARS
 from mtnlg import eval as ev
-from mtnlg.data import get_tokenizer
+from mtnlg.tokenizer import get_tokenizer
+from mtnlg import config as CF
+from mtnlg import runs as RN
+from mtnlg import tasks as TS
 
 HANS = ROOT / "tests" / "data"
 PARITY_TASKS = ["lambada", "piqa", "hellaswag"]
@@ -24,7 +27,7 @@ def _hf_model(d, seed, activation="gelu", positions=128):
     "A random 2-layer GPT-2 saved as a transformers folder with the GPT-2 BPE files beside it."
     import shutil
     from transformers import GPT2Config, GPT2LMHeadModel
-    from mtnlg.data import gpt2_files
+    from mtnlg.tokenizer import gpt2_files
     torch.manual_seed(seed)
     m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=positions, vocab_size=50257,
                                    activation_function=activation, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0))
@@ -131,7 +134,7 @@ class Counting:
 
 def test_reuse_only_when_everything_matches(hf_dir, data, tmp_path):
     sc = ev.hf_scorer(hf_dir, batch_size=16)
-    who = ev.hf_identity(hf_dir)
+    who = RN.hf_identity(hf_dir)
     def run(**kw):
         c = Counting(sc)
         args = dict(tasks="piqa", shots=[0], limit=10, out_dir=tmp_path, data=data, log=None, model=who) | kw
@@ -148,22 +151,22 @@ def test_reuse_only_when_everything_matches(hf_dir, data, tmp_path):
     import shutil
     ck = tmp_path / "run" / "checkpoints" / "step_3"
     shutil.copytree(hf_dir, ck)
-    before = ev.checkpoint_identity(ck)
+    before = RN.checkpoint_identity(ck)
     assert before["step"] == 3 and before["checkpoint"] == str(ck.resolve())
     os.utime(ck / "model.safetensors", ns=(1, 1))                 # more training rewrites the weights: new fingerprint
-    assert ev.checkpoint_identity(ck)["fingerprint"] != before["fingerprint"]
-    assert ev.tokenizer_identity(get_tokenizer("gpt2"))["spec"] == "gpt2"
+    assert RN.checkpoint_identity(ck)["fingerprint"] != before["fingerprint"]
+    assert RN.tokenizer_identity(get_tokenizer("gpt2"))["spec"] == "gpt2"
 
 # ---------------------------------------------------------------- every paper task on the local data
 @pytest.fixture(scope="module")
 def tiny_lm(hf_dir): return ev.MtnlgLM(ev.hf_scorer(hf_dir, batch_size=32))
 
-@pytest.mark.parametrize("name", [n for n in ev.TASKS if n != "hans"])
+@pytest.mark.parametrize("name", [n for n in TS.TASKS if n != "hans"])
 def test_every_paper_task_loads_and_scores_a_batch(tiny_lm, data, name):
-    docs, src = ev.load_docs(name, data)
+    docs, src = TS.load_docs(name, data)
     assert src.startswith("official:")
     r = ev.evaluate_task(tiny_lm, name, 0, limit=3, data=data, keep_loglikelihoods=True)
-    assert r["n"] == 3 and 0 <= r["accuracy"] <= 1 and len(r["correct"]) == 3 and r["metric"] == ev.TASKS[name].headline
+    assert r["n"] == 3 and 0 <= r["accuracy"] <= 1 and len(r["correct"]) == 3 and r["metric"] == TS.TASKS[name].headline
     assert all(x < 0 for xs in r["loglikelihoods"] for x in xs)
 
 def test_official_counts_and_splits(data):
@@ -171,14 +174,14 @@ def test_official_counts_and_splits(data):
             "piqa": ("validation", 1838), "hellaswag": ("validation", 10042), "winogrande": ("validation", 1267),
             "anli_r2": ("test_r2", 1000), "wic": ("validation", 638)}
     for name, (split, n) in want.items():
-        assert len(ev.load_docs(name, data)[0][split]) == n, name
+        assert len(TS.load_docs(name, data)[0][split]) == n, name
     wg = (data / "winogrande" / "dev-labels.lst").read_text().split()
-    assert [d["answer"] for d in ev.load_docs("winogrande", data)[0]["validation"]] == wg
+    assert [d["answer"] for d in TS.load_docs("winogrande", data)[0]["validation"]] == wg
 
 def test_prompts_are_lm_eval_s(data):
     from lm_eval.api.task import ConfigurableTask
     def first(name, k=0):
-        t = ConfigurableTask(config=ev.task_config(name, k, data))
+        t = ConfigurableTask(config=TS.task_config(name, k, data))
         d = t.eval_docs[0]
         return t, d, t.doc_to_text(d)
     _, _, wic = first("wic")
@@ -186,7 +189,7 @@ def test_prompts_are_lm_eval_s(data):
     t, d, race = first("race_h")
     assert race.startswith("Article: ") and t.doc_to_choice(d)[0] == "It is no use crying over the spilt milk."
     _, _, anli = first("anli_r2")
-    assert anli.endswith("True, False, or Neither?\nAnswer:") and ev.task_config("anli_r2", 0, data)["test_split"] == "test_r2"
+    assert anli.endswith("True, False, or Neither?\nAnswer:") and TS.task_config("anli_r2", 0, data)["test_split"] == "test_r2"
     t, d, _ = first("lambada", 1)
     ctx = t.fewshot_context(d, 1)
     assert ctx.endswith(" ____. ->") and ctx.count(" ____. -> ") == 1   # the paper's cloze form, one solved shot
@@ -194,17 +197,17 @@ def test_prompts_are_lm_eval_s(data):
     assert t.doc_to_target(d) == " signs" and lam0.endswith("I don't care about")
 
 def test_shot_counts_have_sources():
-    for t in ev.TASKS.values():
+    for t in TS.TASKS.values():
         assert t.shots["few"] > 1 and t.shots["source"], t.name
-    assert ev.TASKS["lambada"].shots["few"] == 15 and ev.TASKS["piqa"].shots["few"] == 50
+    assert TS.TASKS["lambada"].shots["few"] == 15 and TS.TASKS["piqa"].shots["few"] == 50
 
 def test_task_yamls_ship_as_package_data():
     setup = (ROOT / "setup.py").read_text()
-    assert "'tasks/*.yaml'" in setup and len(list((ROOT / "mtnlg" / "tasks").glob("*.yaml"))) == 10
+    assert "'task_yamls/*.yaml'" in setup and len(list((ROOT / "mtnlg" / "task_yamls").glob("*.yaml"))) == 10
 
 # ---------------------------------------------------------------- HANS
 def test_hans_official_layout_sample(tiny_lm):
-    docs = ev.load_docs("hans", HANS)[0]["test"]
+    docs = TS.load_docs("hans", HANS)[0]["test"]
     assert [d["label"] for d in docs] == [1, 0, 1, 0, 1, 0, 1, 0]      # non-entailment -> ' False'
     r = ev.evaluate_task(tiny_lm, "hans", 0, data=HANS)
     assert r["n"] == 8 and r["split"] == "test"
@@ -212,18 +215,18 @@ def test_hans_official_layout_sample(tiny_lm):
 def test_hans_bad_header(tmp_path):
     (tmp_path / "hans").mkdir()
     (tmp_path / "hans" / "heuristics_evaluation_set.txt").write_text("label\tpremise\thypothesis\nentailment\ta\tb\n")
-    with pytest.raises(ev.EvalError, match="official HANS layout"): ev.load_docs("hans", tmp_path)
+    with pytest.raises(CF.EvalError, match="official HANS layout"): TS.load_docs("hans", tmp_path)
 
 def test_tasks_paper_skips_absent_hans(hf_dir, data, tmp_path, capsys):
     rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--data", data, "--json", "--out", tmp_path)
     assert rc == 0
-    assert set(json.loads(out)) == {f"{n}/0shot" for n in ev.TASKS if n != "hans"}
+    assert set(json.loads(out)) == {f"{n}/0shot" for n in TS.TASKS if n != "hans"}
     err = capsys.readouterr().err
     assert "skipped task hans" in err and "hans/heuristics_evaluation_set.txt not found" in err
 
 def test_env_var_data_root(monkeypatch):
     monkeypatch.setenv("MTNLG_EVAL_DATA", str(HANS))
-    assert ev.default_data_root() == HANS and len(ev.load_docs("hans")[0]["test"]) == 8
+    assert TS.default_data_root() == HANS and len(TS.load_docs("hans")[0]["test"]) == 8
 
 # ---------------------------------------------------------------- scorer
 def test_token_scorer_matches_unbatched_model(hf_dir, tok):
@@ -250,9 +253,9 @@ def test_loglikelihood_rolling_matches_hf(hf_dir, tiny_lm):
 
 # ---------------------------------------------------------------- bad input
 def test_bad_input(hf_dir, data, tmp_path, capsys):
-    with pytest.raises(ev.EvalError) as e: ev.parse_tasks("piqa,squad")
-    assert "squad" in str(e.value) and all(n in str(e.value) for n in ev.TASKS)
-    with pytest.raises(ev.EvalError, match="whole numbers"): ev.parse_shots("0,one")
+    with pytest.raises(CF.EvalError) as e: TS.parse_tasks("piqa,squad")
+    assert "squad" in str(e.value) and all(n in str(e.value) for n in TS.TASKS)
+    with pytest.raises(CF.EvalError, match="whole numbers"): TS.parse_shots("0,one")
     assert _cli("--hf-model", hf_dir, "--tasks", "squad")[0] == 2
     assert "unknown task 'squad'" in capsys.readouterr().err
     assert _cli("--hf-model", hf_dir, "--tasks", "piqa", "--data", tmp_path / "nope")[0] == 2
@@ -341,15 +344,15 @@ def test_run_tokenizer_is_the_runs(tmp_path, shared_data):
     "A run trained with a sentencepiece model is evaluated with it, and results name it (by hash)."
     import dataclasses
     from mtnlg.config import RunConfig, DataConfig, save_config
-    from mtnlg.data import train_sentencepiece
+    from mtnlg.tokenizer import train_sentencepiece
     texts = [p.read_text(encoding="utf-8")[:200_000] for p in sorted((shared_data / "corpus").rglob("*.txt"))[:3]]
     sp = train_sentencepiece(texts, tmp_path / "sp", vocab_size=600)
     run = tmp_path / "run"
     save_config(dataclasses.replace(RunConfig(), data=DataConfig(tokenizer=str(sp))), run / "config.json")
-    tok = ev.run_tokenizer(run)
+    tok = RN.run_tokenizer(run)
     assert tok.spec == str(sp) and tok.vocab_size == 600
-    ident = ev.tokenizer_identity(tok)
-    assert ident["sha256"] == ev.file_sha256(sp) and ident != ev.tokenizer_identity(get_tokenizer("gpt2"))
+    ident = RN.tokenizer_identity(tok)
+    assert ident["sha256"] == CF.file_sha256(sp) and ident != RN.tokenizer_identity(get_tokenizer("gpt2"))
 
 def test_hellaswag_official_jsonl_gives_lm_eval_prompts(tmp_path, data):
     "With the official `hellaswag_val.jsonl` (ctx_a, ctx_b) lm-eval's own preprocessing applies: ctx_b capitalised."
@@ -359,7 +362,7 @@ def test_hellaswag_official_jsonl_gives_lm_eval_prompts(tmp_path, data):
                          "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "label": 3}]
     (tmp_path / "hellaswag").mkdir()
     (tmp_path / "hellaswag" / "hellaswag_val.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    t = ConfigurableTask(config=ev.task_config("hellaswag", 0, tmp_path))
+    t = ConfigurableTask(config=TS.task_config("hellaswag", 0, tmp_path))
     assert t.doc_to_text(t.eval_docs[0]) == "Roof shingle removal: A man is sitting on a roof. He"
-    t2 = ConfigurableTask(config=ev.task_config("hellaswag", 0, data))                # the shared text layout
+    t2 = ConfigurableTask(config=TS.task_config("hellaswag", 0, data))                # the shared text layout
     assert t2.doc_to_text(t2.eval_docs[0]) == "Roof shingle removal: A man is sitting on a roof. he"

@@ -5,7 +5,7 @@ import torch
 from mtnlg import export as ex
 from mtnlg.checkpoint import write_weights, load_weights
 from mtnlg.config import ModelConfig, ParallelConfig, RunConfig
-from mtnlg.data import get_tokenizer
+from mtnlg.tokenizer import get_tokenizer
 from mtnlg.model import GPT, init_full_state
 from mtnlg.topology import init_distributed
 

@@ -8,7 +8,6 @@ import json, os, re, subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import ROOT
-import slurm_local
 from mtnlg.jobs import SlurmSpec, JobError, launch_command, render_sbatch, wait_job, job_info
 
 # The notebook the Slurm jobs execute. It declares out, nprocs, mode, fail, resume and wait_s; the lead switches
@@ -109,14 +108,10 @@ def test_launch_command_multinode_ranks_by_node():
 # ---------------------------------------------------------------- a real Slurm cluster
 
 @pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    "A private one-node Slurm on localhost for the session; its daemons are stopped at the end."
-    why = slurm_local.unavailable()
-    if why: pytest.skip(f"cannot start a local Slurm: {why}")
-    cluster = slurm_local.start(tmp_path_factory.mktemp("slurm"))
-    ENV["SLURM_CONF"] = str(cluster.conf)
-    yield cluster
-    cluster.stop()
+def slurm(slurm_cluster):
+    "The session's one-node Slurm (conftest.py), its config in the environment of the commands run here."
+    ENV["SLURM_CONF"] = str(slurm_cluster.conf)
+    yield slurm_cluster
     ENV.pop("SLURM_CONF", None)
 
 def submit(runs, name, *flags, notebook=JOB_NOTEBOOK):

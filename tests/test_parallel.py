@@ -8,12 +8,12 @@ Vocabulary 1000 with pad_vocab_to 48: padded to 1008 at tp=1 and 1056 at tp=2 (T
 bf16 tolerance (documented): loss within 1e-3 relative, gradient norm within 3e-2 relative of the fp32 reference
 (measured: ~2e-4 and ~1e-2).
 """
-import json, os, socket, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
-from conftest import free_port_block
+from conftest import ROOT, free_port
+from subworld import launch
 
-ROOT = Path(__file__).resolve().parents[1]
 FP32_RTOL, BF16_LOSS_RTOL, BF16_NORM_RTOL = 1e-5, 1e-3, 3e-2
 
 # (name, first rank, processes, settings, reference job to compare with)
@@ -35,10 +35,6 @@ PLAN = [
 JOBS = {j[0]: j for phase in PLAN for j in phase}
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
@@ -46,21 +42,11 @@ def results(tmp_path_factory):
     out = tmp_path_factory.mktemp("parallel")
     plan = [[{"name": n, "ranks": [first, size], "set": (s or {}), "reference": s is None or n.startswith("ref")}
              for n, first, size, s, _ in phase] for phase in PLAN]
-    (out / "plan.json").write_text(json.dumps(plan))
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", PYTHONWARNINGS="ignore")
-    port = free_port_block(1 + sum(map(len, PLAN)))   # the worker's sub-worlds use the ports after this one
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "8", "--master-port", str(port),
-           str(ROOT / "tests" / "parallel_worker.py"), str(out / "plan.json"), str(out)]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    res = {}
-    for f in out.glob("*.json"):
-        if f.name == "plan.json": continue
-        d = json.loads(f.read_text())
-        name = f.name.split(".")[0]
-        if ".err" in f.name: res.setdefault("_errors", []).append(d["error"])
-        elif f.name.endswith(".eval.json"): res.setdefault(name, {}).update(eval_logp=d["eval_logp"], eval_greedy=d["eval_greedy"])
-        else: res.setdefault(name, {}).update(d)
-    errors = res.get("_errors", []) + [d["error"] for d in res.values() if isinstance(d, dict) and "error" in d]
+    p, got = launch(ROOT / "tests" / "parallel_worker.py", plan, out, timeout=400)
+    res = dict(got["jobs"])
+    for name, files in got["files"].items():
+        res.setdefault(name, {}).update(eval_logp=files["eval"]["eval_logp"], eval_greedy=files["eval"]["eval_greedy"])
+    errors = got["errors"]
     assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
     return res
 
@@ -118,7 +104,7 @@ def test_bad_layouts_fail_before_process_group(monkeypatch):
     from mtnlg.topology import init_distributed, check_layout, shutdown
     shutdown()                       # an earlier in-process test (evaluation) may have left a 1-process group
     monkeypatch.setenv("RANK", "0"); monkeypatch.setenv("WORLD_SIZE", "6")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1"); monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1"); monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with pytest.raises(ConfigError, match=r"world size 6 != tp\*pp\*dp = 2\*2\*2.*launch 8"):
         init_distributed(ParallelConfig(tp=2, pp=2, dp=2), timeout_s=5)
     cfg = load_config("tiny", overrides={"tp": 3}, validate=False)

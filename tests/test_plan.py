@@ -3,7 +3,7 @@ megatron-core, model-state bytes against a real optimizer, and the `mtnlg plan` 
 import json, os, subprocess, sys, textwrap
 from dataclasses import replace
 import pytest
-from conftest import ROOT
+from conftest import ROOT, free_port
 from mtnlg import plan as P
 from mtnlg.config import load_config
 
@@ -95,8 +95,7 @@ MEGATRON_COUNT = textwrap.dedent("""
 
 def test_param_count_and_states_match_megatron_gpt_model(tmp_path):
     "The formula equals the parameter count of megatron-core's GPTModel of the same shape, and 16 bytes/param (fp32 AdamW)."
-    import socket
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="")
     out = subprocess.run([sys.executable, "-c", MEGATRON_COUNT, str(port)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

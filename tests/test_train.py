@@ -8,8 +8,9 @@ import pytest
 
 from mtnlg import data as D
 from mtnlg.train import read_metrics, latest_checkpoint
+from mtnlg import indexed as IX
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 STEPS, SAVE = 8, 4
 COMMON = ["--preset", "tiny", "--layers", "5", "--global-batch", "16", "--micro-batch", "2", "--lr", "2e-3",
@@ -35,7 +36,7 @@ def corpus(tmp_path_factory, shared_data):
     "Tiny Shakespeare, paragraphs as documents, GPT-2 BPE, as a megatron-core indexed dataset prefix."
     d = tmp_path_factory.mktemp("corpus")
     src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
-    D.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
+    IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
 
