@@ -142,8 +142,8 @@ def reset_deepspeed_groups():
              "on CPU DeepSpeed JIT-builds a shared-memory comm op (~40 s) the gloo runs here never use")
 def skip_deepspeed_shm_build():
     "Keep DeepSpeed from compiling its CPU shared-memory collective op."
-    import deepspeed.comm.torch as dst
-    dst.build_shm_op = lambda: None
+    import deepspeed.comm.torch  # noqa: F401  (`import ... as` would bind torch itself: the package's attribute)
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 
 # %% ../nbs/00b_patches.ipynb #2b6017ff
 @_registered("megatron-core", "0.16.1",
