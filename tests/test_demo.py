@@ -14,7 +14,7 @@ def demo(out, timeout=900):
     return p.stdout + p.stderr
 
 
-def test_short_demo_end_to_end(tmp_path, shared_data):
+def test_short_demo_end_to_end(tmp_path, fixture_data):
     out = tmp_path / "demo"
     # 1. Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of training
     p = subprocess.Popen([MTNLG, *ARGS, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -32,10 +32,10 @@ def losses(run, key="loss"): return [r[key] for r in read_metrics(run)]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data):
+def corpus(tmp_path_factory, fixture_data):
     "Tiny Shakespeare, paragraphs as documents, GPT-2 BPE, as a megatron-core indexed dataset prefix."
     d = tmp_path_factory.mktemp("corpus")
-    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    src = D.Source("shakespeare", str(fixture_data / "corpus/tinyshakespeare/input.txt"), split="blank")
     IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
@@ -102,7 +102,7 @@ def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, corpus, tmp_path
     assert (partial / "COMPLETE").exists()                               # the partial folder: removed, then rewritten
 
 
-def test_readme_relayout_then_eval_and_export(runs, tmp_path):
+def test_readme_relayout_then_eval_and_export(runs, tmp_path, fixture_data):
     "The README's resume at a new layout with only the changed flags; then `mtnlg eval --tp 2` and `mtnlg export`."
     run = tmp_path / "moved"
     shutil.copytree(runs / "3d", run)
@@ -113,7 +113,7 @@ def test_readme_relayout_then_eval_and_export(runs, tmp_path):
     cfg = json.loads((run / "config.json").read_text())
     assert (cfg["seed"], cfg["steps"], cfg["parallel"]["tp"], cfg["parallel"]["dp"], cfg["optim"]["lr"]) == (1234, 10, 2, 1, 2e-3)
     assert [m["step"] for m in read_metrics(run)] == list(range(1, 11))
-    hf, data = tmp_path / "hf", ROOT.parent / "shared" / "data" / "eval"
+    hf, data = tmp_path / "hf", fixture_data / "eval"
     assert subprocess.run([MTNLG, "export", "--checkpoint", str(run), "--out", str(hf), "--dtype", "fp32"],
                           capture_output=True, env=e, timeout=300).returncode == 0
     flags = ["--tasks", "lambada", "--shots", "0", "--limit", "4", "--data", str(data), "--json"]

@@ -9,8 +9,9 @@ PATH/TO/data holds `eval/` and `corpus/` in the layout tests/data/README.md desc
 layout; the corpus folders as distributed). Every fixture is a prefix of its source, cut by a fixed rule (the
 tables below), so a test that reads the first N documents or characters sees what it sees on the full data.
 Bytes are copied as they are: no re-encoding, no newline translation (some corpus files hold Latin-1 bytes or
-CRLF, and tests rely on it). The hand-written HANS sample (tests/data/hans) is copied to eval/hans. Rerunning
-the script on the same input gives the same bytes.
+CRLF, and tests rely on it). The hand-written HANS and RACE samples (tests/data/hans, tests/data/race) are copied
+to eval/hans and eval/race: RACE's terms do not clearly allow redistribution, so no RACE data is committed.
+Rerunning the script on the same input gives the same bytes.
 """
 from __future__ import annotations
 import argparse, re, shutil, sys
@@ -18,7 +19,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 N_DOCS = 300                       # documents per evaluation split
-RACE_ARTICLES = 40                 # RACE-high test articles (about 3.5 questions each)
 
 # ---------------------------------------------------------------- evaluation sets
 # task folder -> ([(file, rule, count)], licence/readme files copied as they are).
@@ -109,11 +109,6 @@ def first_rows(b: bytes, n: int) -> bytes:
     return b"".join(ls[:rows[0]] + ls[rows[0]:rows[n - 1] + 1] + ls[rows[-1] + 1:])
 
 
-def race_order(p: Path) -> tuple:
-    "The order `mtnlg.eval.read_race_h` reads articles in (numeric file names)."
-    return (len(p.stem), p.stem)
-
-
 def _cut(src: Path, dst: Path, cut=lambda b: b, note: str | None = None):
     "Write `cut` of the bytes of `src` to `dst`; a SOURCE.txt gets a last line saying which subset this is."
     if not src.is_file():
@@ -138,14 +133,9 @@ def make_eval(src: Path, out: Path):
                    "all": "whole file"}
             said.append(f"{name}: {how[rule]}")
         for m in meta: _cut(src / task / m, out / task / m, note="; ".join(said))
-    arts = sorted((src / "race/test_high").glob("*.txt"), key=race_order)[:RACE_ARTICLES]
-    if len(arts) < RACE_ARTICLES:
-        raise FixtureError(f"{src / 'race/test_high'}: fewer than {RACE_ARTICLES} article files")
-    for a in arts: _cut(a, out / "race/test_high" / a.name)
-    for m in ("LICENSE.txt", "SOURCE.txt"):
-        _cut(src / "race" / m, out / "race" / m,
-             note=f"test_high: the first {RACE_ARTICLES} articles in numeric file-name order")
-    for f in sorted((HERE / "hans").iterdir()): _cut(f, out / "hans" / f.name)
+    for sample in ("hans", "race"):                 # hand-written, in the official layouts
+        for f in sorted(p for p in (HERE / sample).rglob("*") if p.is_file()):
+            _cut(f, out / sample / f.relative_to(HERE / sample))
 
 
 def make_corpus(src: Path, out: Path):
