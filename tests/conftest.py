@@ -54,7 +54,9 @@ def slurm_cluster(tmp_path_factory):
 
 
 def pytest_configure(config):
-    "Each session its own temp root: pytest prunes all but the 3 newest `pytest-N` folders, including a running one's."
+    "The `slow` marker; each session its own temp root (pytest prunes all but the 3 newest, a running one's too)."
+    config.addinivalue_line("markers", "slow: multi-process launches, notebooks, the demo, the docs site, the wheel "
+                                       "(`make test` runs them; `make test-fast` leaves them out)")
     if not config.option.basetemp:
         import tempfile
         config.option.basetemp = tempfile.mkdtemp(prefix="mtnlg-pytest-")

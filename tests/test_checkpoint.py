@@ -20,6 +20,8 @@ from mtnlg import indexed as IX
 from conftest import ROOT
 from subworld import launch
 
+pytestmark = pytest.mark.slow      # 8-process training launches
+
 ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
 
 

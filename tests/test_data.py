@@ -293,6 +293,7 @@ def _texts(folder, name):
     return [json.loads(l) for l in (Path(folder) / "curated" / f"{name}.jsonl").open()]
 
 
+@pytest.mark.slow
 def test_curation_rules_each_remove_their_plant(planted):
     p, rep = planted["plant"], planted["rep"]["sources"]
     web = "\n".join(d["text"] for d in _texts(planted["run"].out, "web"))
@@ -315,6 +316,7 @@ def test_curation_rules_each_remove_their_plant(planted):
     assert steps["read"]["docs_out"] == 63 and steps["tokenize"]["docs_out"] == 51
 
 
+@pytest.mark.slow
 def test_curation_same_token_ids_as_one_process_curate(planted, fixture_data):
     root, out = planted["root"], Path(planted["run"].out)
     old = D.curate(planted["srcs"], root / "old", eval_dir=fixture_data / "eval", quality=planted["qc"],
@@ -332,6 +334,7 @@ def test_curation_same_token_ids_as_one_process_curate(planted, fixture_data):
                {k: v for k, v in old["sources"][s.name].items() if k in D.STAT_COLUMNS}
 
 
+@pytest.mark.slow
 def test_curation_bad_input(planted, tmp_path):
     from mtnlg.curation import CurationRun, curate_run
     srcs, qc = planted["srcs"], planted["qc"]
@@ -425,6 +428,7 @@ def _wait(cond, what, timeout, env):
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixture_data, monkeypatch):
     from mtnlg.curation import CurationRun, curate_run
     env, root = slurm_cluster.env(), planted["root"]

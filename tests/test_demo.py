@@ -1,7 +1,10 @@
 """A shortened `make demo` end to end: interrupted with Ctrl-C during training, rerun to the end, rerun from caches."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
+import pytest
 from mtnlg.train import read_metrics
+
+pytestmark = pytest.mark.slow      # a shortened `make demo`, 8 training processes
 
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 ARGS = ["demo", "--steps", "40", "--eval-limit", "20", "--shots", "0,1"]

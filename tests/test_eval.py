@@ -91,6 +91,7 @@ def parity(parity_run, data, tmp_path_factory):
     ours = {n: json.loads((out / f"{n}_0shot.json").read_text()) for n in PARITY_TASKS}
     return ref, ours, json.loads(p.stdout)
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PARITY_TASKS)
 def test_parity_with_lm_eval_hf(parity, name):
     "Per-request log-likelihoods within 1e-4 and identical acc / acc_norm, document by document."
@@ -109,6 +110,7 @@ def test_parity_with_lm_eval_hf(parity, name):
     assert (a["acc"], a["acc_norm"], a["correct"]) == (b["acc"], b["acc_norm"], b["correct"])
     assert printed[f"{name}/0shot"] == b["accuracy"]
 
+@pytest.mark.slow
 def test_tp_pp_results_say_what_produced_them(parity, parity_run):
     _, ours, _ = parity
     run_dir = parity_run[1]
@@ -331,6 +333,7 @@ def tp2pp2dp2_generation(parity_run, tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_generation_at_tp2pp2dp2_equals_one_process(tp2pp2dp2_generation, parity_run, tok):
     "Replica 0 decodes (KV cache) as one process does, greedy and sampled, and scoring goes on after it."
     import eval_worker as W

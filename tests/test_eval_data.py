@@ -94,6 +94,7 @@ def test_hub_datasets_from_the_cache_in_offline_mode(hub_cache):
         assert got[n]["docs"] == TS.load_docs(n, DATA / "eval")[0], n
 
 
+@pytest.mark.slow
 def test_eval_from_the_hub_cache_equals_the_data_root(hub_cache, hf_dir, tmp_path):
     "`mtnlg eval` with no --data reads lm-eval's datasets from the cache and scores exactly as on the data root."
     flags = ["--hf-model", str(hf_dir), "--tasks", "piqa,race_h", "--shots", "1", "--limit", "4", "--log-samples"]

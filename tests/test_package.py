@@ -177,6 +177,7 @@ def _venv_env(venv):
     env["PATH"] = f"{venv / 'bin'}:" + ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
     return dict(env, OMP_NUM_THREADS="1")
 
+@pytest.mark.slow
 def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_data):
     env, cwd, exe = _venv_env(fresh_venv), tmp_path, fresh_venv / "bin" / "mtnlg"
     p = _run([fresh_venv / "bin/python", "-c", "import mtnlg, mtnlg.data, mtnlg.train; print(mtnlg.__file__)"],
