@@ -93,7 +93,7 @@ def _exact(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes
 
 def write_pieces(path, items: list, after_each=None) -> list[tuple]:
-    "Write `items` [(key, full size, offsets, tensor or a function making it)] into data file `path`, one at a time."
+    "Write `items` [(key, full size, offsets, tensor or a function making it)] into data file `path`, in turn."
     path, out = Path(path), []
     with open(path, "wb") as f:
         for i in range(len(items)):
@@ -112,7 +112,7 @@ def write_pieces(path, items: list, after_each=None) -> list[tuple]:
     return out
 
 def dcp_metadata(records) -> Metadata:
-    "DCP's `.metadata` of every rank's `write_pieces` records; `CheckpointError` unless each tensor is covered once."
+    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless each tensor is covered once."
     tensors, where = {}, {}
     for key, size, offsets, sizes, dtype, file, start, length in records:
         md = tensors.setdefault(key, TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), []))
@@ -140,7 +140,8 @@ def _make_dir(d: Path):
 # %% ../nbs/04b_checkpoint.ipynb #ck000035
 class _Range(io.RawIOBase):
     "Bytes [start, start + length) of an open file descriptor, read with `pread` (no read-ahead)."
-    def __init__(self, fd: int, start: int, length: int): self.fd, self.start, self.length, self.pos = fd, start, length, 0
+    def __init__(self, fd: int, start: int, length: int):
+        self.fd, self.start, self.length, self.pos = fd, start, length, 0
     def readable(self): return True
     def seekable(self): return True
     def tell(self): return self.pos
@@ -154,7 +155,7 @@ class _Range(io.RawIOBase):
         return got
 
 def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
-    "(first element, count) of each contiguous run of the box [offsets, offsets + lengths) of a row-major `shape`."
+    "(first element, count) of each contiguous run of box [offsets, offsets + lengths) of a row-major `shape`."
     k = len(shape)
     while k and offsets[k - 1] == 0 and lengths[k - 1] == shape[k - 1]: k -= 1      # trailing dims taken whole
     if k == 0: return [(0, math.prod(shape))]
@@ -168,7 +169,7 @@ def _pread_into(fd: int, buf, at: int):
     done, view = 0, memoryview(buf).cast("B")
     while done < len(view):
         n = os.preadv(fd, [view[done:]], at + done)
-        if n == 0: raise CheckpointError(f"a checkpoint data file ends early (at byte {at + done}); it is damaged")
+        if n == 0: raise CheckpointError(f"a checkpoint data file ends early (byte {at + done}); it is damaged")
         done += n
 
 def _row_major(size, stride) -> bool:
@@ -177,7 +178,7 @@ def _row_major(size, stride) -> bool:
     return all(s == w for s, w, n in zip(stride, want, size) if n != 1)
 
 def _stored_layout(fd: int, start: int, length: int):
-    "(file offset of the first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length); else None."
+    "(file offset of its first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length), or None."
     try:
         with zipfile.ZipFile(_Range(fd, start, length)) as z:
             pkl = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
@@ -376,7 +377,7 @@ def reading(ck):
         if lease is not None: lease.unlink(missing_ok=True)
 
 def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
-    "Delete complete checkpoints beyond the newest `keep_last` (0: keep all), except `latest`, `protect`, leased."
+    "Delete complete checkpoints beyond the newest `keep_last` (0: all kept), except latest, `protect`, leased."
     base = Path(run_dir) / "checkpoints"
     done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
     if not keep_last: return []
@@ -443,7 +444,7 @@ class _Save:
     steps_since: int = 0
 
 class Checkpointer:
-    "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory and written behind training."
+    "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
     def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
         self.topo, self.cfg, self.run = topo, cfg, Path(run_dir)
         self.protect, self.pending = [p for p in protect if p], None
@@ -516,7 +517,8 @@ class Checkpointer:
         records = [None] * topo.world_size if topo.rank == 0 else None
         dist.gather_object(job.records, records, dst=0)
         if topo.rank == 0:
-            layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp, partition_method=self.cfg.parallel.partition_method)
+            layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp,
+                          partition_method=self.cfg.parallel.partition_method)
             _commit(job.folder, [r for rs in records for r in rs], job.state, self.cfg, layout, self.run,
                     self.protect)
         if not self.cfg.async_checkpoint: dist.barrier()        # a sync save returns once committed
@@ -538,7 +540,7 @@ def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
 def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
-    "`ConfigError` unless `ck` holds exactly the tensors of model `cfg` in their shapes; True if it has Adam moments."
+    "`ConfigError` unless `ck` holds exactly model `cfg`'s tensors in their shapes; True if it has Adam moments."
     have, shapes = checkpoint_shapes(ck, reader), full_shapes(cfg)
     for name, shape in shapes.items():
         got = have.get(f"model/{name}")
@@ -559,7 +561,8 @@ def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
 def same_layout(state: dict, cfg: RunConfig) -> bool:
     "Whether the checkpoint whose train state is `state` was written at `cfg`'s layout (its RNG states apply)."
     old, p = state.get("layout") or {}, cfg.parallel
-    return [old.get(k) for k in ("tp", "pp", "dp", "partition_method")] == [p.tp, p.pp, p.dp, p.partition_method]
+    keys = ("tp", "pp", "dp", "partition_method")
+    return [old.get(k) for k in keys] == [p.tp, p.pp, p.dp, p.partition_method]
 
 def check_rng(ck, cfg: RunConfig, ranks=None):
     "`ConfigError` if checkpoint `ck`, written at `cfg`'s layout, lacks a rank's random state (`ranks`: all)."
@@ -620,7 +623,7 @@ def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Te
     return {n: sd[f"model/{n}"] for n in names}
 
 def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path:
-    "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` gives each whole fp32 tensor, in turn."
+    "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` makes each whole fp32 tensor, in turn."
     ck = Path(ck)
     shutil.rmtree(ck, ignore_errors=True)
     _make_dir(ck)

@@ -9,8 +9,9 @@ check, and writes OUT/<job>.json (rank 0) or OUT/<job>.err<rank>.json (any rank 
   equals the same rectangle of the checkpoint's full tensors, exactly;
 - dropout: Megatron's RNG rules at TP2 (hidden-state masks equal on both TP ranks, attention streams differ);
 - memory: peak host memory of each rank in every phase (init, save, async save, load, evaluation and generation
-  loads, export on rank 0, and a positive control holding one whole tensor), each measured alone: the allocator
-  set so that freed memory goes back to the system (an earlier `train()` had set it to keep it), the peak reset;
+  loads, export on rank 0, and a positive control holding one whole tensor), each measured alone (the peak reset)
+  in processes of their own launch, the allocator set first so that every freed block >= 64 KiB goes back to the
+  system (a `train()` before would have kept freed memory in the heap, where reuse hides from the peak);
 - relayout: the memory job's checkpoint loaded at another layout: peak memory, bytes read against bytes asked for,
   and the same load through DCP's own reader (the positive control of the bytes read).
 
@@ -115,7 +116,7 @@ def _bytes_read() -> int:
 
 
 def _reset_allocator():
-    "Undo `cpu_malloc_reuse` (an earlier job's `train()`): every freed block >= 64 KiB goes back to the system."
+    "Every block >= 64 KiB its own mapping, returned to the system when freed (the opposite of `cpu_malloc_reuse`)."
     import ctypes
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt(-4, 65536)                   # M_MMAP_MAX: blocks may be mappings again
@@ -243,7 +244,8 @@ def run_relayout(job, out):
     new = build_engine(cfg, topo, module)
     r0 = _bytes_read()
     _measure(out, "load_new_layout", lambda: load_checkpoint(new, topo, cfg, ck, saved), libc)
-    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg), moments_bytes=_moments_bytes(new))
+    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg),
+               moments_bytes=_moments_bytes(new))
     # positive control: the same load through DCP's own reader
     sd = engine_state(new, cfg, ("model",) + ADAM_KEYS, saving=False)
     r0 = _bytes_read()
@@ -256,7 +258,8 @@ def run_relayout(job, out):
 def run_job(job, out):
     "One job of the plan in its sub-world (tests/subworld.py)."
     if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
-    {"train": run_train, "dropout": run_dropout, "memory": run_memory, "relayout": run_relayout}[job["kind"]](job, out)
+    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout)
+    kinds[job["kind"]](job, out)
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ print(json.dumps(got))
 
 
 def test_import_memory_is_one_tensor_at_any_model_size(tmp_path):
-    "Importing a GPT-2 ten times the bound, in a fresh process: peak <= 3 tensors + allowance; the whole model breaks it."
+    "Import of a GPT-2 ten times the bound, in a fresh process: peak <= 3 tensors + allowance; the whole model is not."
     import json, subprocess, sys
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
