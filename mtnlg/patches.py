@@ -13,7 +13,7 @@ from importlib.metadata import version as installed_version
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
            'cpu_has_bf16_gemm', 'rank_zero_without_group', 'dcp_storage_info', 'dcp_storage_location',
-           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run']
+           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -143,8 +143,8 @@ def reset_deepspeed_groups():
              "on CPU DeepSpeed JIT-builds a shared-memory comm op (~40 s) the gloo runs here never use")
 def skip_deepspeed_shm_build():
     "Keep DeepSpeed from compiling its CPU shared-memory collective op."
-    import deepspeed.comm.torch as dst
-    dst.build_shm_op = lambda: None
+    import deepspeed.comm.torch  # noqa: F401  (`import ... as` would bind torch itself: the package's attribute)
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 
 # %% ../nbs/00b_patches.ipynb #2b6017ff
 @_registered("megatron-core", "0.16.1",
@@ -251,3 +251,16 @@ def quiet_lm_eval_run():
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", no_bar), patch.object(lm_eval.api.task, "tqdm", no_bar):
         yield
+
+# %% ../nbs/00b_patches.ipynb #a28d0c02
+@_registered("datasets", "5.2.0", ["datasets.config:HF_HUB_OFFLINE"],
+             "offline mode is read from the environment at import; no public switch for one load")
+@contextlib.contextmanager
+def datasets_offline():
+    "Inside the block `datasets` loads from its cache only, as under HF_HUB_OFFLINE=1."
+    import datasets.config
+    before = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = True
+    try: yield
+    finally: datasets.config.HF_HUB_OFFLINE = before
+

@@ -28,14 +28,16 @@ from mtnlg import indexed as IX
 from conftest import ROOT
 from subworld import launch
 
+pytestmark = pytest.mark.slow      # 8-process training launches
+
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
 ALLOWANCE = 8 * 2 ** 20          # bytes a rank may use above its own sizes (plans, metadata, allocator slack)
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data):
+def corpus(tmp_path_factory, fixture_data):
     d = tmp_path_factory.mktemp("corpus")
-    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    src = D.Source("shakespeare", str(fixture_data / "corpus/tinyshakespeare/input.txt"), split="blank")
     IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
@@ -291,7 +293,7 @@ def _wait_for(path, proc, seconds=600):
     raise AssertionError(f"{path} never appeared")
 
 
-def test_prune_while_eval_reads(tmp_path, shared_data):
+def test_prune_while_eval_reads(tmp_path, fixture_data):
     "`mtnlg eval` holds a lease while it reads an old checkpoint: pruning skips it, the evaluation completes."
     from mtnlg.checkpoint import prune_checkpoints
     run = tmp_path / "run"
@@ -299,7 +301,7 @@ def test_prune_while_eval_reads(tmp_path, shared_data):
     gate = tmp_path / "gate"
     env = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_INJECT_READ_GATE=str(gate))
     p = subprocess.Popen([MTNLG, "eval", "--checkpoint", str(cks[0]), "--tasks", "lambada", "--shots", "0", "--limit",
-                          "2", "--data", str(shared_data / "eval"), "--json", "--out", str(tmp_path / "eval")],
+                          "2", "--data", str(fixture_data / "eval"), "--json", "--out", str(tmp_path / "eval")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_for(f"{gate}.held", p)                                # the reader holds its lease, mid-load
     assert prune_checkpoints(run, keep_last=1) == [cks[1]]
