@@ -269,7 +269,10 @@ def test_async_saves_equal_sync_saves(small_runs):
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), step
         for r in ("rng/rank00000.pt", "rng/rank00001.pt"):
             x, y = (torch.load(f / r, weights_only=False) for f in (a, b))
-            assert torch.equal(x["torch"], y["torch"]) and x["python"] == y["python"]
+            # the streams training draws from (torch's and megatron's tracker); python's `random` is never seeded
+            # by mtnlg, so its saved state differs between any two runs, sync or not
+            assert torch.equal(x["torch"], y["torch"]) and x["tracker"].keys() == y["tracker"].keys()
+            assert all(torch.equal(x["tracker"][k], y["tracker"][k]) for k in x["tracker"])
         assert json.loads((a / "train_state.json").read_text()) == json.loads((b / "train_state.json").read_text())
     assert json.loads((root / "async" / "config.json").read_text())["async_checkpoint"] is True
 
