@@ -269,10 +269,11 @@ def test_async_saves_equal_sync_saves(small_runs):
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), step
         for r in ("rng/rank00000.pt", "rng/rank00001.pt"):
             x, y = (torch.load(f / r, weights_only=False) for f in (a, b))
-            # the streams training draws from (torch's and megatron's tracker); python's `random` is never seeded
-            # by mtnlg, so its saved state differs between any two runs, sync or not
+            # every stream: torch's, megatron's tracker, and Python's and NumPy's (seeded by `seed_all`)
             assert torch.equal(x["torch"], y["torch"]) and x["tracker"].keys() == y["tracker"].keys()
             assert all(torch.equal(x["tracker"][k], y["tracker"][k]) for k in x["tracker"])
+            assert x["python"] == y["python"] and x["numpy"][2:] == y["numpy"][2:]
+            assert x["numpy"][0] == y["numpy"][0] and (x["numpy"][1] == y["numpy"][1]).all()
         assert json.loads((a / "train_state.json").read_text()) == json.loads((b / "train_state.json").read_text())
     assert json.loads((root / "async" / "config.json").read_text())["async_checkpoint"] is True
 
