@@ -4,25 +4,32 @@
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000003
 from __future__ import annotations
-import json, os, random, shutil
+import contextlib, dataclasses, io, itertools, json, math, os, pickle, random, shutil, socket, struct, threading
+import time, uuid, zipfile
 from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
-from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
-from .config import ConfigError, ModelConfig, RunConfig, atomic_file, atomic_write_text, save_config
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex, TensorProperties,
+                                                   TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import LoadItemType
+from torch.futures import Future
+from .config import (ConfigError, ModelConfig, RunConfig, atomic_file, atomic_write_text, fsync_dir,
+                          save_config)
 from .model import full_shapes, tp_row_runs, split_kind
 from . import patches
 from .topology import seed_all
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'rects', 'pieces', 'Pieces', 'Lazy', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state',
-           'atomic_save', 'step_tag', 'latest_checkpoint', 'clean_partial', 'prune_checkpoints', 'save_checkpoint',
-           'checkpoint_shapes', 'check_checkpoint', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
+__all__ = ['ADAM_KEYS', 'READERS', 'LEASE_STALE_S', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'CheckpointError', 'write_pieces',
+           'dcp_metadata', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save', 'step_tag',
+           'latest_checkpoint', 'clean_partial', 'live_leases', 'reading', 'prune_checkpoints', 'Checkpointer',
+           'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout', 'check_rng', 'load_checkpoint',
+           'load_weights', 'read_tensors', 'write_weights']
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000007
 def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
@@ -57,34 +64,14 @@ def pieces(name: str, shape, lo: int, hi: int, flat: torch.Tensor, cfg: ModelCon
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000011
 class Pieces:
-    "Rectangles of one full tensor held by this rank, as DCP saves and loads them."
+    "Rectangles of one full tensor held by this rank, as DCP loads them."
     def __init__(self, size, rects: list):
         self._size, self.rects = torch.Size(size), rects
         self._at = {tuple(o): t for o, _, t in rects}
     def size(self): return self._size
     def at(self, offsets): return self._at[tuple(offsets)]
-    def _dtype(self): return self.rects[0][2].dtype
     def __create_chunk_list__(self):
         return [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s)) for o, s, _ in self.rects]
-    def __create_write_items__(self, fqn: str, obj):
-        props = TensorProperties(dtype=self._dtype())
-        return [WriteItem(index=MetadataIndex(fqn, torch.Size(c.offsets)), type=WriteItemType.SHARD,
-                          tensor_data=TensorWriteData(chunk=c, properties=props, size=self._size))
-                for c in self.__create_chunk_list__()]
-
-class Lazy(Pieces):
-    "A whole fp32 tensor of shape `size`, made by `make()` only when DCP writes it."
-    def __init__(self, size, make):
-        super().__init__(size, [([0] * len(size), list(size), None)])
-        self.make = make
-    def _dtype(self): return torch.float32
-    def at(self, offsets): return self.make().float().contiguous()
-
-class _SavePlanner(DefaultSavePlanner):
-    def __init__(self): super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
-    def lookup_object(self, index):
-        obj = self.state_dict[index.fqn]
-        return obj.at(index.offset) if isinstance(obj, Pieces) else super().lookup_object(index)
 
 class _LoadPlanner(DefaultLoadPlanner):
     def __init__(self): super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
@@ -97,12 +84,158 @@ class _LoadPlanner(DefaultLoadPlanner):
         obj = self.state_dict[index.fqn]
         return obj.at(index.offset) if isinstance(obj, Pieces) else super().lookup_tensor(index)
 
+class CheckpointError(RuntimeError):
+    "A checkpoint could not be written or read back; the message says where and what to do."
+
+# %% ../nbs/04b_checkpoint.ipynb #ck000031
+def _exact(t: torch.Tensor) -> bool:
+    "Whether `torch.save(t)` writes exactly `t`'s values, row-major (not a view into a larger storage)."
+    return t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes
+
+def write_pieces(path, items: list, after_each=None) -> list[tuple]:
+    "Write `items` [(key, full size, offsets, tensor or a function making it)] into data file `path`, in turn."
+    path, out = Path(path), []
+    with open(path, "wb") as f:
+        for i in range(len(items)):
+            key, size, offsets, t = items[i]
+            items[i] = None                                   # a staged copy goes as soon as it is written
+            t = (t() if callable(t) else t).detach().cpu()
+            if not _exact(t): t = t.clone(memory_format=torch.contiguous_format)
+            start = f.tell()
+            torch.save(t, f)
+            out.append((key, tuple(size), tuple(offsets), tuple(t.shape), t.dtype, path.name, start,
+                        f.tell() - start))
+            t = None
+            if after_each: after_each(i)
+        f.flush()
+        os.fsync(f.fileno())
+    return out
+
+def dcp_metadata(records) -> Metadata:
+    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless each tensor is covered once."
+    tensors, where = {}, {}
+    for key, size, offsets, sizes, dtype, file, start, length in records:
+        md = tensors.setdefault(key, TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), []))
+        where[MetadataIndex(key, torch.Size(offsets), len(md.chunks))] = patches.dcp_storage_info(file, start,
+                                                                                                  length)
+        md.chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
+    for key, md in tensors.items():
+        got, want = sum(math.prod(c.sizes) for c in md.chunks), math.prod(md.size)
+        if got != want or len({tuple(c.offsets) for c in md.chunks}) != len(md.chunks):
+            raise CheckpointError(f"{key}: the ranks wrote {got} of its {want} values (or a piece twice); the "
+                                  "checkpoint would not hold the model, so it is not completed")
+    return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
+                    version=CURRENT_DCP_VERSION)
+
+def _make_dir(d: Path):
+    "Create folder `d` and its missing parents so that every new name survives a crash (each parent fsync'd)."
+    missing, p = [], Path(d)
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for q in reversed(missing):
+        q.mkdir(exist_ok=True)
+        fsync_dir(q.parent)
+
+# %% ../nbs/04b_checkpoint.ipynb #ck000035
+class _Range(io.RawIOBase):
+    "Bytes [start, start + length) of an open file descriptor, read with `pread` (no read-ahead)."
+    def __init__(self, fd: int, start: int, length: int):
+        self.fd, self.start, self.length, self.pos = fd, start, length, 0
+    def readable(self): return True
+    def seekable(self): return True
+    def tell(self): return self.pos
+    def seek(self, pos, whence=0):
+        self.pos = [pos, self.pos + pos, self.length + pos][whence]
+        return self.pos
+    def readinto(self, b):
+        n = max(0, min(len(b), self.length - self.pos))
+        got = os.preadv(self.fd, [memoryview(b)[:n]], self.start + self.pos) if n else 0
+        self.pos += got
+        return got
+
+def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
+    "(first element, count) of each contiguous run of box [offsets, offsets + lengths) of a row-major `shape`."
+    k = len(shape)
+    while k and offsets[k - 1] == 0 and lengths[k - 1] == shape[k - 1]: k -= 1      # trailing dims taken whole
+    if k == 0: return [(0, math.prod(shape))]
+    inner = math.prod(shape[k:])
+    strides = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    return [(sum(i * s for i, s in zip(idx, strides)) + offsets[k - 1] * inner, lengths[k - 1] * inner)
+            for idx in itertools.product(*(range(o, o + n) for o, n in zip(offsets[:k - 1], lengths[:k - 1])))]
+
+def _pread_into(fd: int, buf, at: int):
+    "Fill `buf` from file offset `at`; `CheckpointError` at a short file."
+    done, view = 0, memoryview(buf).cast("B")
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], at + done)
+        if n == 0: raise CheckpointError(f"a checkpoint data file ends early (byte {at + done}); it is damaged")
+        done += n
+
+def _row_major(size, stride) -> bool:
+    "Whether `stride` is the row-major stride of `size` (dims of size 1 aside)."
+    want = [math.prod(size[j + 1:]) for j in range(len(size))]
+    return all(s == w for s, w, n in zip(stride, want, size) if n != 1)
+
+def _stored_layout(fd: int, start: int, length: int):
+    "(file offset of its first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length), or None."
+    try:
+        with zipfile.ZipFile(_Range(fd, start, length)) as z:
+            pkl = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
+            got = pkl and patches.saved_tensor_layout(z.read(pkl))
+            if not got: return None
+            key, dtype, offset, size, stride = got
+            rec = z.getinfo(pkl[:-len("data.pkl")] + f"data/{key}")
+    except (zipfile.BadZipFile, KeyError): return None
+    if (rec.compress_type != zipfile.ZIP_STORED or not _row_major(size, stride)
+            or (offset + math.prod(size)) * dtype.itemsize > rec.file_size): return None
+    name_len, extra_len = struct.unpack("<HH", os.pread(fd, 30, start + rec.header_offset)[26:30])
+    return start + rec.header_offset + 30 + name_len + extra_len + offset * dtype.itemsize, dtype, tuple(size)
+
 class CheckpointReader(FileSystemReader):
-    "DCP's file reader, reading the (large, at 530B) `.metadata` once for many loads."
-    _meta = None
+    "DCP's file reader that reads `.metadata` once and, of each stored piece, only the bytes a load asks for."
+    def __init__(self, path):
+        super().__init__(path)
+        self._meta, self._layouts = None, {}
+    def reset(self, checkpoint_id=None):
+        super().reset(checkpoint_id)
+        self._meta, self._layouts = None, {}
     def read_metadata(self, *a, **k):
         if self._meta is None: self._meta = super().read_metadata(*a, **k)
         return self._meta
+    def read_data(self, plan, planner):
+        rest, by_file = [], {}
+        for req in plan.items:
+            where = patches.dcp_storage_location(self.storage_data[req.storage_index])
+            if req.type != LoadItemType.TENSOR or where is None: rest.append(req)
+            else: by_file.setdefault(where[0], []).append((where[1], req))
+        for name, reqs in by_file.items():
+            fd = os.open(Path(self.path) / name, os.O_RDONLY)
+            try:
+                for _, req in sorted(reqs, key=lambda x: (x[0], tuple(x[1].storage_offsets))):
+                    if not self._read_piece(fd, req, planner): rest.append(req)
+            finally: os.close(fd)
+        if rest: super().read_data(dataclasses.replace(plan, items=rest), planner).wait()
+        done = Future()
+        done.set_result(None)
+        return done
+    def _read_piece(self, fd: int, req, planner) -> bool:
+        "Read what `req` wants of one stored piece into its target; False when the piece is not stored plainly."
+        if req.storage_index not in self._layouts:
+            _, start, length = patches.dcp_storage_location(self.storage_data[req.storage_index])
+            self._layouts[req.storage_index] = _stored_layout(fd, start, length)
+        if self._layouts[req.storage_index] is None: return False
+        first, dtype, shape = self._layouts[req.storage_index]
+        target = planner.resolve_tensor(req).detach()
+        into = (target if target.is_contiguous() and target.dtype == dtype
+                else torch.empty(tuple(req.lengths), dtype=dtype))
+        flat, at, size = into.reshape(-1).view(torch.uint8).numpy(), 0, dtype.itemsize
+        for run, count in _runs(shape, req.storage_offsets, req.lengths):
+            _pread_into(fd, flat[at:at + count * size], first + run * size)
+            at += count * size
+        if into is not target: target.copy_(into)
+        planner.commit_tensor(req, target)
+        return True
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000013
 ADAM_KEYS = ("exp_avg", "exp_avg_sq")
@@ -196,57 +329,205 @@ def clean_partial(run_dir) -> list[Path]:
     for p in bad: shutil.rmtree(p, ignore_errors=True)
     return bad
 
+READERS = ".readers"                  # beside the checkpoint folders: one lease file per reader
+LEASE_STALE_S = 24 * 3600             # another host's lease older than this is a dead reader's
+
+def _alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def live_leases(ck) -> list[Path]:
+    "The leases readers hold on checkpoint folder `ck`; a dead reader's (process gone, or stale) are removed."
+    ck, here, out = Path(ck), socket.gethostname(), []
+    for f in (ck.parent / READERS).glob(f"{ck.name}@*"):
+        _, host, pid, _ = f.name.split("@")
+        try: age = time.time() - f.stat().st_mtime
+        except FileNotFoundError: continue
+        if (host == here and not _alive(int(pid))) or age > LEASE_STALE_S: f.unlink(missing_ok=True)
+        else: out.append(f)
+    return out
+
+def _inject_read_gate():
+    "Fault injection for tests: `MTNLG_INJECT_READ_GATE=PATH` makes a reader (lease held) wait for file PATH."
+    gate = os.environ.get("MTNLG_INJECT_READ_GATE")
+    if not gate: return
+    Path(gate + ".held").touch()
+    for _ in range(6000):
+        if Path(gate).exists(): return
+        time.sleep(0.1)
+
+@contextlib.contextmanager
+def reading(ck):
+    "Hold a reader's lease on checkpoint folder `ck` inside the block: `prune_checkpoints` leaves it alone."
+    ck = Path(ck)
+    lease = ck.parent / READERS / f"{ck.name}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+    try:
+        lease.parent.mkdir(exist_ok=True)
+        lease.touch()
+    except OSError: lease = None                      # a read-only place: nothing there is pruned either
+    try:
+        if not (ck / "COMPLETE").exists():
+            raise ConfigError(f"{ck} is not a complete checkpoint (no COMPLETE: a partial write, or pruned); use "
+                              "another step or the run's checkpoints/latest")
+        _inject_read_gate()
+        yield ck
+    finally:
+        if lease is not None: lease.unlink(missing_ok=True)
+
 def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
-    "Delete complete checkpoints beyond the newest `keep_last` (0: keep all), except `latest` and `protect`."
+    "Delete complete checkpoints beyond the newest `keep_last` (0: all kept), except latest, `protect`, leased."
     base = Path(run_dir) / "checkpoints"
     done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
     if not keep_last: return []
     keep = set(done[-keep_last:]) | {latest_checkpoint(run_dir)} | {Path(p) for p in protect if p}
-    gone = [p for p in done if p not in keep]
-    for p in gone:
-        # no longer a checkpoint, even if rmtree stops
-        (p / "COMPLETE").unlink()
+    gone = []
+    for p in done:
+        if p in keep or live_leases(p): continue
+        (p / "COMPLETE").unlink()                     # no longer a checkpoint, even if the removal stops
+        fsync_dir(p)
+        if live_leases(p):                            # a reader came in between: it stays
+            atomic_write_text(p / "COMPLETE", "")
+            continue
         shutil.rmtree(p, ignore_errors=True)
+        gone.append(p)
+    if gone: fsync_dir(base)
     return gone
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000019
-def _has_moments(engine) -> bool:
-    "Whether every rank's optimizer has Adam state (after its first step)."
-    ok = torch.tensor([1.0 if _inner_optimizer(engine).state else 0.0], device=engine.device)
-    if dist.is_initialized(): dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    return bool(ok.item())
+def _all_ranks(flag: bool, topo) -> bool:
+    "Whether `flag` holds on every rank (an all-reduce)."
+    t = torch.tensor([1.0 if flag else 0.0], device=topo.device)
+    if dist.is_initialized(): dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
 
-def _inject_kill(step: int, rank: int):
-    "Fault injection for tests: `MTNLG_INJECT_KILL_IN_SAVE=STEP:RANK` SIGKILLs that rank mid-checkpoint."
-    if os.environ.get("MTNLG_INJECT_KILL_IN_SAVE") == f"{step}:{rank}":
+def _has_moments(engine, topo) -> bool:
+    "Whether every rank's optimizer has Adam state (after its first step)."
+    return _all_ranks(bool(_inner_optimizer(engine).state), topo)
+
+KILL_POINTS = ("data", "metadata", "complete", "latest")
+
+def _inject_kill(point: str, step: int, rank: int):
+    "Fault injection for tests: `MTNLG_INJECT_KILL_IN_SAVE=STEP:RANK[:POINT]` SIGKILLs that rank at that point."
+    want = os.environ.get("MTNLG_INJECT_KILL_IN_SAVE", "").split(":")
+    if want[:2] == [str(step), str(rank)] and (want[2:] or ["data"])[0] == point:
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
 
+def _hold_steps() -> int:
+    "Fault injection for tests: `MTNLG_INJECT_HOLD_WRITE=N` holds an async save's writing for N more steps."
+    return int(os.environ.get("MTNLG_INJECT_HOLD_WRITE", "0"))
+
+def _commit(d: Path, records: list, state: dict, cfg: RunConfig, layout: dict | None, run=None, protect=()):
+    "Make folder `d` a checkpoint (one process): `.metadata`, state and config; then `COMPLETE`; then `latest`."
+    step = state["step"]
+    _inject_kill("metadata", step, 0)
+    with atomic_file(d / ".metadata", "wb") as f: pickle.dump(dcp_metadata(records), f)
+    atomic_write_text(d / "train_state.json", json.dumps(dict(state, layout=layout), indent=1))
+    save_config(cfg, d / "config.json")
+    _inject_kill("complete", step, 0)
+    atomic_write_text(d / "COMPLETE", "")
+    _inject_kill("latest", step, 0)
+    atomic_write_text(d.parent / "latest", d.name)
+    if run is not None: prune_checkpoints(run, cfg.keep_last, protect)
+
+@dataclasses.dataclass
+class _Save:
+    "One save in flight."
+    folder: Path
+    state: dict
+    held: threading.Event
+    thread: threading.Thread | None = None
+    records: list | None = None
+    error: BaseException | None = None
+    steps_since: int = 0
+
+class Checkpointer:
+    "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
+    def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
+        self.topo, self.cfg, self.run = topo, cfg, Path(run_dir)
+        self.protect, self.pending = [p for p in protect if p], None
+
+    def save(self, engine, state: dict) -> Path:
+        "Checkpoint step `state['step']` (every rank calls this); its folder, complete unless async."
+        self.wait()                                               # at most one save in flight
+        d, topo = self.run / "checkpoints" / step_tag(state["step"]), self.topo
+        if topo.rank == 0:
+            clean_partial(self.run)
+            shutil.rmtree(d, ignore_errors=True)
+            _make_dir(d)
+        dist.barrier()
+        _link_optimizer_state(engine)
+        keys = ("model",) + (ADAM_KEYS if _has_moments(engine, topo) else ())
+        items = [(k, p.size(), off, t) for k, p in engine_state(engine, self.cfg, keys, saving=True).items()
+                 for off, _, t in p.rects]
+        job, rng = _Save(d, dict(state), threading.Event()), rng_state()
+        self.pending = job
+        if not self.cfg.async_checkpoint:
+            self._write(job, items, rng)
+            return self.wait()
+        items = [(k, size, off, t.detach().to("cpu", copy=True)) for k, size, off, t in items]   # staged
+        job.thread = threading.Thread(target=self._write, args=(job, items, rng), daemon=True)
+        job.thread.start()
+        return d
+
+    def _write(self, job: _Save, items: list, rng: dict):
+        "This rank's data file and random state, durably (in the writer thread when async)."
+        try:
+            if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
+            step, rank = job.state["step"], self.topo.rank
+            job.records = write_pieces(job.folder / f"__{rank}_0.distcp", items,
+                                       after_each=lambda i: _inject_kill("data", step, rank))
+            atomic_save(rng, job.folder / "rng" / f"rank{rank:05d}.pt")
+            fsync_dir(job.folder)                                 # the data file's and rng/'s names
+        except BaseException as e: job.error = e
+
+    def poll(self) -> Path | None:
+        "After every step: commit the save in flight once every rank has written it (a collective); its folder."
+        job = self.pending
+        if job is None: return None
+        job.steps_since += 1
+        if job.steps_since >= _hold_steps(): job.held.set()
+        if not _all_ranks(not job.thread.is_alive(), self.topo): return None
+        return self._finalize()
+
+    def wait(self) -> Path | None:
+        "Block until the save in flight is committed; its folder (None when there was none)."
+        job = self.pending
+        if job is None: return None
+        job.held.set()
+        if job.thread is not None: job.thread.join()
+        return self._finalize()
+
+    def abandon(self):
+        "After a failure: let this rank's writer finish its files, commit nothing (no collective)."
+        job, self.pending = self.pending, None
+        if job is not None and job.thread is not None:
+            job.held.set()
+            job.thread.join()
+
+    def _finalize(self) -> Path:
+        "Every rank's files are on disk: rank 0 commits with every rank's records."
+        job, self.pending, topo = self.pending, None, self.topo
+        if not _all_ranks(job.error is None, topo):
+            why = f"this rank failed: {job.error!r}" if job.error else "another rank failed (see its log)"
+            raise CheckpointError(f"rank {topo.rank}: writing {job.folder} failed ({why}); the checkpoint is not "
+                                  f"completed, the previous one stays latest; fix the cause and --resume")
+        records = [None] * topo.world_size if topo.rank == 0 else None
+        dist.gather_object(job.records, records, dst=0)
+        if topo.rank == 0:
+            layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp,
+                          partition_method=self.cfg.parallel.partition_method)
+            _commit(job.folder, [r for rs in records for r in rs], job.state, self.cfg, layout, self.run,
+                    self.protect)
+        if not self.cfg.async_checkpoint: dist.barrier()        # a sync save returns once committed
+        return job.folder
+
 def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=()) -> Path:
-    "Write the checkpoint of step `state['step']` (every rank calls this); returns its folder."
-    d = Path(run_dir) / "checkpoints" / step_tag(state["step"])
-    if topo.rank == 0:
-        clean_partial(run_dir)
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-    dist.barrier()
-    _link_optimizer_state(engine)
-    keys = ("model",) + (ADAM_KEYS if _has_moments(engine) else ())
-    sd = engine_state(engine, cfg, keys, saving=True)
-    dcp.save(sd, storage_writer=FileSystemWriter(d, sync_files=True, thread_count=1), planner=_SavePlanner())
-    _inject_kill(state["step"], topo.rank)
-    atomic_save(rng_state(), d / "rng" / f"rank{topo.rank:05d}.pt")
-    if topo.rank == 0:
-        layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp, partition_method=cfg.parallel.partition_method)
-        atomic_write_text(d / "train_state.json", json.dumps(dict(state, layout=layout), indent=1))
-        save_config(cfg, d / "config.json")
-    dist.barrier()                                               # every rank's files are on disk
-    if topo.rank == 0:
-        atomic_write_text(d / "COMPLETE", "")
-        atomic_write_text(d.parent / "latest", d.name)
-        prune_checkpoints(run_dir, cfg.keep_last, protect)
-    dist.barrier()
-    return d
+    "Write the checkpoint of step `state['step']` now (every rank calls this); returns its folder."
+    sync = dataclasses.replace(cfg, async_checkpoint=False)
+    return Checkpointer(topo, sync, run_dir, protect).save(engine, state)
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000021
 def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
@@ -259,9 +540,9 @@ def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
 def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
-    "`ConfigError` unless `ck` holds every tensor of model `cfg` in its shape; True if it has Adam moments."
-    have = checkpoint_shapes(ck, reader)
-    for name, shape in full_shapes(cfg).items():
+    "`ConfigError` unless `ck` holds exactly model `cfg`'s tensors in their shapes; True if it has Adam moments."
+    have, shapes = checkpoint_shapes(ck, reader), full_shapes(cfg)
+    for name, shape in shapes.items():
         got = have.get(f"model/{name}")
         if got is None:
             raise ConfigError(f"{ck}: no tensor {name}; the checkpoint is of another model (e.g. "
@@ -269,46 +550,69 @@ def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
         if got != tuple(shape):
             raise ConfigError(f"{ck}: {name} is {got} in the checkpoint but {tuple(shape)} for this model "
                               "config; use the model settings the checkpoint was written with")
-    return all(f"{k}/{n}" in have for k in ADAM_KEYS for n in full_shapes(cfg))
+    extra = sorted(k for k in have if k.split("/")[0] not in ("model",) + ADAM_KEYS or k.split("/", 1)[1]
+                   not in shapes)
+    if extra:
+        raise ConfigError(f"{ck}: holds {extra[0]} ({len(extra)} tensors this model has no place for): a "
+                          "checkpoint of another model (e.g. more layers); use the model settings it was "
+                          "written with")
+    return all(f"{k}/{n}" in have for k in ADAM_KEYS for n in shapes)
+
+def same_layout(state: dict, cfg: RunConfig) -> bool:
+    "Whether the checkpoint whose train state is `state` was written at `cfg`'s layout (its RNG states apply)."
+    old, p = state.get("layout") or {}, cfg.parallel
+    keys = ("tp", "pp", "dp", "partition_method")
+    return [old.get(k) for k in keys] == [p.tp, p.pp, p.dp, p.partition_method]
+
+def check_rng(ck, cfg: RunConfig, ranks=None):
+    "`ConfigError` if checkpoint `ck`, written at `cfg`'s layout, lacks a rank's random state (`ranks`: all)."
+    ck, p = Path(ck), cfg.parallel
+    if not same_layout(json.loads((ck / "train_state.json").read_text()), cfg): return
+    for r in range(p.world_size) if ranks is None else ranks:
+        f = ck / "rng" / f"rank{r:05d}.pt"
+        if not f.exists():
+            raise ConfigError(f"{f} is missing: {ck} was written at this layout (tp {p.tp}, pp {p.pp}, dp "
+                              f"{p.dp}) but lacks rank {r}'s random state, so the resume could not be exact; "
+                              "resume from another step (point checkpoints/latest at it), or at another layout "
+                              "(random states are then re-seeded)")
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000023
 def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
     "Load checkpoint folder `ck` (any layout) into this rank's engine; `state` is its train_state.json."
-    # `.metadata` read once: checked, then loaded
-    reader = CheckpointReader(ck)
-    moments = check_checkpoint(ck, cfg.model, reader)
-    if moments: _init_adam_state(engine, state["step"] - state["skipped"])
-    sd = engine_state(engine, cfg, ("model",) + (ADAM_KEYS if moments else ()), saving=False)
-    dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
+    with reading(ck):
+        reader = CheckpointReader(ck)                         # `.metadata` read once: checked, then loaded
+        moments = check_checkpoint(ck, cfg.model, reader)
+        check_rng(ck, cfg, [topo.rank])
+        if moments: _init_adam_state(engine, state["step"] - state["skipped"])
+        sd = engine_state(engine, cfg, ("model",) + (ADAM_KEYS if moments else ()), saving=False)
+        dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
+        if same_layout(state, cfg): set_rng_state(torch.load(Path(ck) / "rng" / f"rank{topo.rank:05d}.pt",
+                                                             weights_only=False))
+        else: seed_all(cfg.seed + 7919 * state["step"], topo)
     if hasattr(engine.optimizer, "update_lp_params"): engine.optimizer.update_lp_params()
     engine.global_steps, engine.skipped_steps = state["step"], state["skipped"]
-    old = state.get("layout") or {}
-    same = [old.get(k) for k in ("tp", "pp", "dp")] == [topo.tp, topo.pp, topo.dp]
-    rng = Path(ck) / "rng" / f"rank{topo.rank:05d}.pt"
-    if same and old.get("partition_method") == cfg.parallel.partition_method and rng.exists():
-        set_rng_state(torch.load(rng, weights_only=False))
-    else: seed_all(cfg.seed + 7919 * state["step"], topo)
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000025
 def load_weights(module, ck, cfg: ModelConfig):
     "Copy this rank's slices of the master weights in checkpoint `ck` into the model pieces in `module`."
     from megatron.core import parallel_state as ps
     shapes, reader = full_shapes(cfg), CheckpointReader(ck)
-    check_checkpoint(ck, cfg, reader)
     tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    for m in module.modules():
-        prefix = getattr(m, "full_prefix", None)
-        if prefix is None: continue
-        sd, fill = {}, []
-        for n, p in m.named_parameters():
-            name = f"{prefix}.{n}"
-            buf = p.detach() if p.dtype == torch.float32 else torch.zeros(p.shape)
-            got = pieces(name, p.shape, 0, p.numel(), buf.view(-1), cfg, tp, r)
-            if got: sd[f"model/{name}"] = Pieces(shapes[name], got)
-            if buf is not p: fill.append((p, buf))
-        dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
-        with torch.no_grad():
-            for p, buf in fill: p.copy_(buf)
+    with reading(ck):
+        check_checkpoint(ck, cfg, reader)
+        for m in module.modules():
+            prefix = getattr(m, "full_prefix", None)
+            if prefix is None: continue
+            sd, fill = {}, []
+            for n, p in m.named_parameters():
+                name = f"{prefix}.{n}"
+                buf = p.detach() if p.dtype == torch.float32 else torch.zeros(p.shape)
+                got = pieces(name, p.shape, 0, p.numel(), buf.view(-1), cfg, tp, r)
+                if got: sd[f"model/{name}"] = Pieces(shapes[name], got)
+                if buf is not p: fill.append((p, buf))
+            dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
+            with torch.no_grad():
+                for p, buf in fill: p.copy_(buf)
     return module
 
 def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Tensor]:
@@ -319,16 +623,13 @@ def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Te
     return {n: sd[f"model/{n}"] for n in names}
 
 def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path:
-    "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` gives each whole fp32 tensor."
+    "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` makes each whole fp32 tensor, in turn."
     ck = Path(ck)
     shutil.rmtree(ck, ignore_errors=True)
-    ck.mkdir(parents=True)
-    sd = {f"model/{n}": Lazy(s, lambda n=n: tensor(n)) for n, s in full_shapes(cfg.model).items()}
-    dcp.save(sd, storage_writer=FileSystemWriter(ck, sync_files=True, thread_count=1), planner=_SavePlanner(),
-             no_dist=True)
-    st = dict(step=0, consumed_samples=0, tokens=0, skipped=0, layout=None, **(state or {}))
-    atomic_write_text(ck / "train_state.json", json.dumps(st, indent=1))
-    save_config(cfg, ck / "config.json")
-    atomic_write_text(ck / "COMPLETE", "")
-    atomic_write_text(ck.parent / "latest", ck.name)
+    _make_dir(ck)
+    items = [(f"model/{n}", s, [0] * len(s), lambda n=n: tensor(n).float())
+             for n, s in full_shapes(cfg.model).items()]
+    records = write_pieces(ck / "__0_0.distcp", items)
+    fsync_dir(ck)
+    _commit(ck, records, dict(step=0, consumed_samples=0, tokens=0, skipped=0, **(state or {})), cfg, None)
     return ck

@@ -162,6 +162,8 @@ class RunConfig:
     timeout_s: int = 600            # seconds a collective waits for a dead or stuck rank before the job fails
     max_nonfinite: int = 5          # consecutive steps with a non-finite loss/gradient (skipped) that abort the run
     keep_last: int = 0              # complete checkpoints kept (0: all); `latest` and the one resumed from stay
+    async_checkpoint: bool = False  # checkpoint.async: steps go on once a save is copied to host memory; the
+                                    # writing overlaps training (one save in flight; host memory: a rank's fragment)
     compile: bool = False           # torch.compile each transformer block (fuses LayerNorm, bias, GELU, dropout and
                                     # residual adds; same math, a one-off compile of tens of seconds; for GPUs)
 
@@ -226,7 +228,8 @@ for big in ("gpt3-175b", "mtnlg-530b"): PRESETS[big]["keep_last"] = 3   # 2-6 TB
 ALIASES = dict(tp="parallel.tp", pp="parallel.pp", dp="parallel.dp", micro_batch="parallel.micro_batch",
                layers="model.num_layers", hidden="model.hidden_size", heads="model.num_heads",
                seq="model.seq_length", vocab="model.vocab_size", lr="optim.lr", global_batch="optim.global_batch",
-               data="data.path", checkpoint_activations="parallel.checkpoint_activations", zero="parallel.zero_stage")
+               data="data.path", checkpoint_activations="parallel.checkpoint_activations", zero="parallel.zero_stage",
+               **{"checkpoint.async": "async_checkpoint"})
 
 _PARTS = dict(model=ModelConfig, parallel=ParallelConfig, optim=OptimConfig, data=DataConfig)
 

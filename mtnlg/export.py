@@ -7,9 +7,10 @@ from __future__ import annotations
 import json, os, shutil, sys
 from pathlib import Path
 import torch
-from .config import EvalError, ModelConfig, RunConfig, atomic_path, load_config, save_config
+from .config import EvalError, ModelConfig, RunConfig, atomic_path, fsync_dir, load_config, save_config
 from .model import full_shapes
-from .checkpoint import CheckpointReader, check_checkpoint, read_tensors, step_tag, write_weights
+from .checkpoint import (CheckpointReader, check_checkpoint, read_tensors, reading, step_tag,
+                              write_weights)
 from .tokenizer import gpt2_files
 from .runs import find_checkpoint
 
@@ -99,7 +100,8 @@ def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
     try: check_checkpoint(ck, cfg)
     except Exception as e: raise ExportError(str(e)) from None
     groups, reader, index = name_groups(cfg), CheckpointReader(ck), {}
-    with atomic_path(out) as tmp:                       # the whole folder appears at once, or not at all
+    # the whole folder appears at once, or not at all; pruning leaves the checkpoint alone meanwhile
+    with reading(ck), atomic_path(out) as tmp:
         tmp.mkdir()
         for i, group in enumerate(groups):
             got = read_tensors(ck, [p for p, _, _ in group], cfg, reader)
@@ -181,9 +183,7 @@ def import_hf(hf_dir, run_dir) -> Path:
     save_config(rc, part / "config.json")
     if run.exists(): run.rmdir()
     os.replace(part, run)
-    parent = os.open(run.parent, os.O_RDONLY)             # the rename itself survives a crash
-    os.fsync(parent)
-    os.close(parent)
+    fsync_dir(run.parent)                                 # the rename itself survives a crash
     return run / "checkpoints" / step_tag(0)
 
 # %% ../nbs/08_export.ipynb #f0b6b16f

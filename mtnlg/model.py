@@ -406,9 +406,9 @@ def init_parameters(module: nn.Module, cfg: ModelConfig, seed: int, zero: bool =
     tp, r = _tp()
     with torch.no_grad():
         for name, p in full_named_parameters(module):
-            local = torch.zeros(p.shape[0], p.shape[1] if p.dim() == 2 else 1)
+            local = p.view(p.shape[0], -1)                # written in place: memory is the slice and one block
+            local.zero_()                                 # (vocabulary padding rows stay zero)
             runs, c0 = tp_row_runs(name, p.shape, cfg, tp, r)
             for lr, fr, n in runs if not zero else ():
                 local[lr:lr + n] = init_block(name, cfg, seed, (fr, fr + n), (c0, c0 + local.shape[1])).view(n, -1)
-            p.copy_(local.view(p.shape))
     return module

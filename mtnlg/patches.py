@@ -12,7 +12,8 @@ from importlib.metadata import version as installed_version
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
-           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'dcp_storage_info', 'dcp_storage_location',
+           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -187,6 +188,44 @@ def rank_zero_without_group():
     dist.get_rank = lambda *a, **k: 0
     try: yield
     finally: dist.get_rank = orig
+
+# %% ../nbs/00b_patches.ipynb #d7c10a02
+@_registered("torch", "2.13.0", ["torch.distributed.checkpoint.filesystem:_StorageInfo"],
+             "where DCP's `.metadata` says a stored piece lies (file, offset, length); a writer that streams "
+             "pieces (DCP's own keeps every written tensor until its file closes) and a reader that reads only "
+             "the bytes it needs must make and read these records")
+def dcp_storage_info(relative_path: str, offset: int, length: int):
+    "DCP's record of one stored piece: `length` bytes at `offset` of data file `relative_path`."
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    return _StorageInfo(relative_path, offset, length)
+
+def dcp_storage_location(info) -> tuple[str, int, int] | None:
+    "(data file, offset, length) of a DCP storage record; None when a stream transform (e.g. compression) was used."
+    if getattr(info, "transform_descriptors", None): return None
+    return info.relative_path, info.offset, info.length
+
+@_registered("torch", "2.13.0", ["torch._utils:_rebuild_tensor_v2"],
+             "the pickle of a tensor inside a `torch.save` zip names its storage record, offset, size and "
+             "stride only through this rebuild call; reading a few rows of a stored tensor needs them")
+def saved_tensor_layout(data_pkl: bytes):
+    "(storage record key, dtype, storage offset, size, stride) of the one tensor a `torch.save` pickle holds; else None."
+    import collections, io, pickle, torch
+    dtypes = dict(FloatStorage=torch.float32, BFloat16Storage=torch.bfloat16, HalfStorage=torch.float16,
+                  DoubleStorage=torch.float64, LongStorage=torch.int64, IntStorage=torch.int32)
+    rebuild = lambda storage, offset, size, stride, *rest: (storage, offset, tuple(size), tuple(stride))
+    class Header(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("torch._utils", "_rebuild_tensor_v2"): return rebuild
+            if (module, name) == ("collections", "OrderedDict"): return collections.OrderedDict
+            if module == "torch" and name in dtypes: return dtypes[name]
+            raise pickle.UnpicklingError(f"{module}.{name}")
+        def persistent_load(self, pid): return pid
+    try: got = Header(io.BytesIO(data_pkl)).load()
+    except Exception: return None
+    if not (isinstance(got, tuple) and len(got) == 4 and isinstance(got[0], tuple) and got[0][0] == "storage"):
+        return None
+    (_, dtype, key, _location, _numel), offset, size, stride = got
+    return (str(key), dtype, int(offset), size, stride) if isinstance(dtype, torch.dtype) else None
 
 # %% ../nbs/00b_patches.ipynb #3117d2e4
 @_registered("lm-eval", "0.4.13", ["lm_eval.tasks._yaml_loader:load_yaml"],

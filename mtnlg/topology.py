@@ -238,9 +238,13 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
 
 # %% ../nbs/02_topology.ipynb #8b8819ee
 def seed_all(seed: int, topo: Topology | None = None):
-    "Seed torch and megatron-core's model-parallel RNG tracker the Megatron way."
+    "Seed Python, NumPy, torch and megatron-core's model-parallel RNG tracker the Megatron way."
+    import random
+    import numpy as np
     from megatron.core import tensor_parallel
     pp_rank = topo.pp_rank if topo is not None else 0
+    random.seed(seed + 100 * pp_rank)          # as Megatron's _set_random_seed: checkpoints store these states too
+    np.random.seed(seed + 100 * pp_rank)
     torch.manual_seed(seed + 100 * pp_rank)
     tensor_parallel.model_parallel_cuda_manual_seed(seed + 100 * pp_rank)
     torch.manual_seed(seed + 100 * pp_rank)    # on CPU the tracker seeding above moved the default generator

@@ -16,7 +16,8 @@ from .plan import tflops_per_gpu
 from .topology import check_layout, cpu_malloc_reuse, init_distributed, shutdown
 from .model import init_parameters
 from .pipeline import build_pipeline, build_engine
-from .checkpoint import latest_checkpoint, save_checkpoint, load_checkpoint, check_checkpoint, clean_partial
+from .checkpoint import (Checkpointer, check_checkpoint, check_rng, clean_partial, latest_checkpoint,
+                              load_checkpoint)
 from .tokenizer import get_tokenizer
 from .indexed import build_datasets, indexed_paths, load_blend
 from .jobs import launch_ranks, rank_entry, under_launcher
@@ -157,9 +158,11 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
     log = MetricsLog(run, resume_step=state["step"]) if rank0 else None
     if rank0 and ck is not None:
         print(f"resuming from {ck} (step {state['step']}, saved at layout {state.get('layout')})", flush=True)
-        clean_partial(run)                                    # folders a kill left unfinished: never read, removed
+        gone = clean_partial(run)                             # folders a kill left unfinished: never read, removed
+        if gone: print(f"removed unfinished checkpoint folders: {', '.join(p.name for p in gone)}", flush=True)
     bar = tqdm(total=len(plan), initial=state["step"], desc="train", disable=not (rank0 and progress), dynamic_ncols=True)
     loss_fn, bad_in_a_row = engine.module.loss_fn, 0
+    saver = Checkpointer(topo, cfg, run, protect=[ck])
     try:
         for step in range(state["step"], len(plan)):
             gb = plan[step]
@@ -184,6 +187,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
             if cfg.log_interval and (step + 1) % cfg.log_interval == 0 or step + 1 == len(plan): rec["mem_bytes"] = _mem_bytes(topo)
             if cfg.eval_interval and ((step + 1) % cfg.eval_interval == 0 or step + 1 == len(plan)):
                 rec["val_loss"] = _validate(engine, valid_ds, cfg, topo)
+            saver.poll()                                      # commits an async save once every rank wrote it
             if rank0:
                 log.log({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()})
                 bar.update(1); bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
@@ -192,7 +196,11 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
                                     f"stopping. Lower optim.lr, check the data, or resume from {latest_checkpoint(run) or 'scratch'} "
                                     f"with --resume (max_nonfinite={cfg.max_nonfinite})")
             if (cfg.save_interval and (step + 1) % cfg.save_interval == 0) or step + 1 == len(plan):
-                save_checkpoint(engine, topo, cfg, run, dict(state), protect=[ck])
+                saver.save(engine, dict(state))
+        saver.wait()
+    except BaseException:
+        saver.abandon()                                       # its files finish; nothing is committed
+        raise
     finally:
         bar.close()
         if log is not None: log.close()
@@ -218,7 +226,8 @@ def plot_training(run_dir, path=None):
 
 # %% ../nbs/06_train.ipynb #a794ef07
 RESUMABLE_CHANGES = ("parallel.", "steps", "train_tokens", "log_interval", "eval_interval", "eval_batches", "save_interval",
-                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "keep_last", "compile")
+                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "keep_last", "compile",
+                     "async_checkpoint")
 
 def _flat(d, pre=""):
     out = {}
@@ -241,7 +250,9 @@ def check_run_dir(run_dir, cfg: RunConfig, resume: bool):
                               f"the run in {run}; only the layout, length, intervals and precision may change on resume. "
                               f"Start a new run with another --out")
         ck = latest_checkpoint(run)
-        if ck is not None: check_checkpoint(ck, cfg.model)          # shapes match; reads only .metadata
+        if ck is not None:
+            check_checkpoint(ck, cfg.model)                         # shapes match; reads only .metadata
+            check_rng(ck, cfg)                                      # same layout: every rank's random state is there
         return
     if old.exists() or (run / "checkpoints").exists() or (run / "metrics.jsonl").exists():
         raise ConfigError(f"--out {run} holds another run; pass --resume to continue it, or choose a new --out")

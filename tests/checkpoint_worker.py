@@ -8,7 +8,12 @@ check, and writes OUT/<job>.json (rank 0) or OUT/<job>.err<rank>.json (any rank 
 - verify (with train): after loading, every tensor fragment of master weights and Adam moments this rank holds
   equals the same rectangle of the checkpoint's full tensors, exactly;
 - dropout: Megatron's RNG rules at TP2 (hidden-state masks equal on both TP ranks, attention streams differ);
-- memory: peak host memory of each rank during init, save, load, evaluation load and export.
+- memory: peak host memory of each rank in every phase (init, save, async save, load, evaluation and generation
+  loads, export on rank 0, and a positive control holding one whole tensor), each measured alone (the peak reset)
+  in processes of their own launch, the allocator set first so that every freed block >= 64 KiB goes back to the
+  system (a `train()` before would have kept freed memory in the heap, where reuse hides from the peak);
+- relayout: the memory job's checkpoint loaded at another layout: peak memory, bytes read against bytes asked for,
+  and the same load through DCP's own reader (the positive control of the bytes read).
 
 Usage: torchrun --nproc-per-node N tests/checkpoint_worker.py PLAN.json OUT_DIR
 """
@@ -99,63 +104,162 @@ def run_dropout(job, out):
     shutdown()
 
 
-def _rss():
+def _status(key: str) -> int:
+    "A /proc/self/status size (VmRSS, VmHWM) in bytes."
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"): return int(line.split()[1]) * 1024
+        if line.startswith(key): return int(line.split()[1]) * 1024
 
 
-def _peak_since_reset():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM"): return int(line.split()[1]) * 1024
+def _bytes_read() -> int:
+    "Bytes this process has read through system calls so far."
+    return int(next(l for l in open("/proc/self/io") if l.startswith("rchar")).split()[1])
 
 
-def _measure(fn):
-    "(result, peak bytes above the resident size at the start) of `fn()`."
+def _reset_allocator():
+    "Every block >= 64 KiB its own mapping, returned to the system when freed (the opposite of `cpu_malloc_reuse`)."
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-4, 65536)                   # M_MMAP_MAX: blocks may be mappings again
+    libc.mallopt(-3, 64 * 1024)               # M_MMAP_THRESHOLD, fixed: each block >= 64 KiB its own mapping
+    libc.mallopt(-1, 64 * 1024)               # M_TRIM_THRESHOLD: the heap's free top is returned too
+    libc.malloc_trim(0)
+    return libc
+
+
+def _measure(out, name, fn, libc):
+    "Run `fn()`; out[name] = its peak resident bytes above the start, out[name + '_kept'] = still resident after."
     import gc
     gc.collect()
-    with open("/proc/self/clear_refs", "w") as f: f.write("5")          # reset the peak to the current size
-    base = _rss()
+    libc.malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f: f.write("5")          # the peak starts again at the current size
+    base = _status("VmRSS")
     r = fn()
-    return r, _peak_since_reset() - base
+    out[name], out[name + "_kept"] = _status("VmHWM") - base, _status("VmRSS") - base
+    return r
+
+
+def _one_step(engine, cfg, topo):
+    t = torch.randint(0, cfg.model.vocab_size, (cfg.optim.global_batch // topo.dp, cfg.model.seq_length + 1),
+                      generator=torch.Generator().manual_seed(0))
+    engine.train_batch(iter([(m[:, :-1], m[:, 1:]) for m in t.split(cfg.parallel.micro_batch)]))
+
+
+def _warm_up(run, libc):
+    "Import and run once what the phases use, so that no phase counts a library's first load."
+    import transformers, safetensors.torch                                # noqa: F401 (export's imports)
+    from mtnlg.config import ModelConfig, RunConfig
+    from mtnlg.model import FullInit
+    from mtnlg.checkpoint import write_weights, read_tensors
+    small = RunConfig(model=ModelConfig(num_layers=1, hidden_size=16, num_heads=2, seq_length=8, vocab_size=64))
+    w = FullInit(small.model, 0)
+    ck = write_weights(Path(run) / "warm" / "checkpoints" / "step00000000", small, lambda n: w[n])
+    read_tensors(ck, ["blocks.0.mlp.fc1.weight"], small.model)
+
+
+def _sizes(module) -> dict:
+    return dict(shard_bytes=sum(p.numel() * 4 for p in module.parameters()),
+                largest_slice_bytes=max(p.numel() * 4 for p in module.parameters()))
+
+
+def _moments_bytes(engine) -> int:
+    from mtnlg.checkpoint import ADAM_KEYS
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    return sum(v.numel() * 4 for s in inner.state.values() for k, v in s.items() if k in ADAM_KEYS)
+
+
+def _asked_bytes(engine, cfg) -> int:
+    "Bytes of every piece this rank loads (master weights and both moments)."
+    from mtnlg.checkpoint import engine_state, ADAM_KEYS
+    return sum(t.numel() * 4 for p in engine_state(engine, cfg, ("model",) + ADAM_KEYS, saving=False).values()
+               for _, _, t in p.rects)
 
 
 def run_memory(job, out):
-    "Per-rank peak host memory of init, save, load, eval load and export, with each rank's own sizes."
+    "Per-rank peak host memory of every phase, each measured alone (allocator reset), with each rank's own sizes."
+    import dataclasses
     from mtnlg.model import init_parameters, full_shapes
     from mtnlg.pipeline import build_pipeline, build_engine
-    from mtnlg.checkpoint import save_checkpoint, load_checkpoint, load_weights, engine_state, ADAM_KEYS
-    from mtnlg.export import export_checkpoint
+    from mtnlg.checkpoint import (Checkpointer, save_checkpoint, load_checkpoint, load_weights, read_tensors,
+                                  engine_state, ADAM_KEYS)
+    from mtnlg.generate import Stage
+    from mtnlg.export import export_checkpoint, name_groups
+    libc = _reset_allocator()
     cfg = load_config("tiny", overrides=job["set"])
     topo = init_distributed(cfg.parallel, timeout_s=300, run_cfg=cfg)
     run = Path(job["run"])
-    module, out["init"] = _measure(lambda: init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed))
+    _warm_up(run / f"warm{topo.rank}", libc)
+    measure = lambda name, fn: _measure(out, name, fn, libc)
+    module = measure("init", lambda: init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed))
+    out.update(_sizes(module))
     engine = build_engine(cfg, topo, module)
-    t = torch.randint(0, cfg.model.vocab_size, (cfg.optim.global_batch // topo.dp, cfg.model.seq_length + 1))
-    engine.train_batch(iter([(m[:, :-1], m[:, 1:]) for m in t.split(cfg.parallel.micro_batch)]))
+    _one_step(engine, cfg, topo)
     state = dict(step=1, consumed_samples=cfg.optim.global_batch, tokens=0, skipped=0)
-    ck, out["save"] = _measure(lambda: save_checkpoint(engine, topo, cfg, run, state))
+    ck = measure("save", lambda: save_checkpoint(engine, topo, cfg, run, state))
     frag = engine_state(engine, cfg, ("model",) + ADAM_KEYS, saving=True)
     out["fragment_bytes"] = sum(t.numel() * 4 for p in frag.values() for _, _, t in p.rects)
-    out["shard_bytes"] = sum(p.numel() * 4 for p in engine.module.parameters())
+    frag = None
+    saver = Checkpointer(topo, dataclasses.replace(cfg, async_checkpoint=True), run / "async")
+    measure("save_async", lambda: (saver.save(engine, dict(state)), saver.wait()))
     engine = module = None                                # free the first engine before the second
     new = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True))
-    _, out["load"] = _measure(lambda: load_checkpoint(new, topo, cfg, ck, dict(state, layout=None)))
+    saved = json.loads((ck / "train_state.json").read_text())
+    r0 = _bytes_read()
+    measure("load", lambda: load_checkpoint(new, topo, cfg, ck, saved))
+    out.update(load_read_bytes=_bytes_read() - r0, load_asked_bytes=_asked_bytes(new, cfg),
+               load_moments_bytes=_moments_bytes(new))
     new = None
-    _, out["eval_load"] = _measure(lambda: load_weights(build_pipeline(cfg, topo), ck, cfg.model))
+    measure("eval_load", lambda: load_weights(build_pipeline(cfg, topo), ck, cfg.model))
+    stage = measure("generation_load", lambda: load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck,
+                                                             cfg.model))
+    out["generation_bytes"] = sum(p.numel() * 4 for p in stage.parameters())
+    stage = None
     shapes = full_shapes(cfg.model)
-    out["largest_tensor_bytes"] = max(4 * torch.Size(s).numel() for s in shapes.values())
-    blocks = [sum(4 * torch.Size(s).numel() for n, s in shapes.items() if n.startswith(p))
-              for p in ["embedding."] + [f"blocks.{i}." for i in range(cfg.model.num_layers)]]
-    out["largest_block_bytes"] = max(blocks)
-    out["full_state_bytes"] = 3 * sum(4 * torch.Size(s).numel() for s in shapes.values())  # weights + 2 moments
-    if topo.rank == 0: _, out["export"] = _measure(lambda: export_checkpoint(ck, run / "hf", dtype="bf16"))
+    largest = max(shapes, key=lambda n: torch.Size(shapes[n]).numel())
+    out["largest_tensor_bytes"] = 4 * torch.Size(shapes[largest]).numel()
+    out["full_state_bytes"] = 3 * sum(4 * torch.Size(s).numel() for s in shapes.values())   # weights + 2 moments
+    # positive control: the evaluation load, holding one whole tensor as a load that gathers it would
+    measure("control", lambda: (load_weights(build_pipeline(cfg, topo), ck, cfg.model),
+                                read_tensors(ck, [largest], cfg.model)))
+    if topo.rank == 0:
+        groups = [sum(4 * torch.Size(shapes[p]).numel() for p, _, _ in g) for g in name_groups(cfg.model)]
+        out.update(largest_group_bytes=max(groups), full_weights_bytes=sum(groups))
+        measure("export", lambda: export_checkpoint(ck, run / "hf", dtype="bf16"))
+    shutdown()
+
+
+def run_relayout(job, out):
+    "Load the memory job's checkpoint at another layout: peak memory, and bytes read against bytes asked for."
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from mtnlg.model import init_parameters
+    from mtnlg.pipeline import build_pipeline, build_engine
+    from mtnlg.checkpoint import load_checkpoint, latest_checkpoint, engine_state, ADAM_KEYS, _LoadPlanner
+    libc = _reset_allocator()
+    cfg = load_config("tiny", overrides=job["set"])
+    topo = init_distributed(cfg.parallel, timeout_s=300, run_cfg=cfg)
+    ck = latest_checkpoint(job["from"])
+    saved = json.loads((ck / "train_state.json").read_text())
+    module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True)
+    out.update(_sizes(module))
+    new = build_engine(cfg, topo, module)
+    r0 = _bytes_read()
+    _measure(out, "load_new_layout", lambda: load_checkpoint(new, topo, cfg, ck, saved), libc)
+    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg),
+               moments_bytes=_moments_bytes(new))
+    # positive control: the same load through DCP's own reader
+    sd = engine_state(new, cfg, ("model",) + ADAM_KEYS, saving=False)
+    r0 = _bytes_read()
+    _measure(out, "load_stock_reader", lambda: dcp.load(sd, storage_reader=FileSystemReader(ck),
+                                                        planner=_LoadPlanner(), no_dist=True), libc)
+    out["stock_read_bytes"] = _bytes_read() - r0
     shutdown()
 
 
 def run_job(job, out):
     "One job of the plan in its sub-world (tests/subworld.py)."
     if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
-    {"train": run_train, "dropout": run_dropout, "memory": run_memory}[job["kind"]](job, out)
+    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout)
+    kinds[job["kind"]](job, out)
 
 
 if __name__ == "__main__":

@@ -106,3 +106,59 @@ def test_export_run_and_cli(tmp_path):
     assert main(["export", "--import-hf", str(tmp_path), "--out", str(tmp_path / "r2")]) == 2
     (run / "checkpoints" / "step00000020" / ".metadata").unlink()                    # a damaged checkpoint
     assert main(["export", "--checkpoint", str(run / "checkpoints" / "step00000020"), "--out", str(tmp_path / "y")]) == 2
+
+
+ALLOWANCE = 8 * 2 ** 20          # bytes the import may use above its tensors (Python objects, headers, slack)
+
+IMPORT_PROBE = r'''
+import ctypes, gc, json, sys, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+from mtnlg.export import import_hf, hf_tensors
+from mtnlg.model import full_shapes
+libc = ctypes.CDLL("libc.so.6")
+libc.mallopt(-3, 64 * 1024)               # M_MMAP_THRESHOLD, fixed: each block >= 64 KiB its own mapping
+libc.mallopt(-1, 64 * 1024)               # M_TRIM_THRESHOLD: freed heap tops go back too
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key))
+def peak_of(fn):
+    "Peak resident bytes of `fn()` above the resident size at its start."
+    gc.collect(); libc.malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f: f.write("5")
+    base = status("VmRSS")
+    fn()
+    return status("VmHWM") - base
+big, small, out = map(Path, sys.argv[1:4])
+import_hf(small, out / "warm")                                 # every library the import uses, loaded once
+cfg, tensor = hf_tensors(big)
+sizes = [4 * torch.Size(s).numel() for s in full_shapes(cfg).values()]
+got = dict(model_bytes=sum(sizes), largest_tensor_bytes=max(sizes))
+got["import"] = peak_of(lambda: import_hf(big, out / "run"))
+# positive control, measured the same way: the whole model held at once (as torch's FileSystemWriter holds each
+# tensor it wrote until its file closes)
+got["control"] = peak_of(lambda: dcp.save({n: tensor(n) for n in full_shapes(cfg)},
+                                          storage_writer=FileSystemWriter(out / "old"), no_dist=True))
+print(json.dumps(got))
+'''
+
+
+def test_import_memory_is_one_tensor_at_any_model_size(tmp_path):
+    "Import of a GPT-2 ten times the bound, in a fresh process: peak <= 3 tensors + allowance; the whole model is not."
+    import json, subprocess, sys
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    for name, layers, width in (("big", 16, 512), ("small", 1, 32)):
+        GPT2LMHeadModel(GPT2Config(n_layer=layers, n_embd=width, n_head=8, n_positions=64, vocab_size=1024)
+                        ).save_pretrained(tmp_path / name, max_shard_size="50MB")
+    p = subprocess.run([sys.executable, "-c", IMPORT_PROBE, str(tmp_path / "big"), str(tmp_path / "small"),
+                        str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    bound = 3 * got["largest_tensor_bytes"] + ALLOWANCE          # read, converted, transposed
+    print({k: f"{v / 2 ** 20:.1f} MiB" for k, v in dict(got, bound=bound).items()})
+    assert got["model_bytes"] >= 5 * bound, got                  # the model is several times the bound
+    assert got["import"] <= bound < got["control"], (got, bound)
+    assert (tmp_path / "run" / "checkpoints" / "step00000000" / "COMPLETE").exists()
