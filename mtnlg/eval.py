@@ -22,7 +22,7 @@ from .tasks import (TASKS, ENV_DATA, load_docs, parse_shots, parse_tasks, task_c
 from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
                         run_tokenizer, tokenizer_identity)
 from .jobs import launch_ranks, rank_entry, under_launcher
-from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until
+from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until, lm_eval_sampling
 
 # %% auto #0
 __all__ = ['GENERATE', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
@@ -205,14 +205,15 @@ class MtnlgLM(TemplateLM):
             # made on first use
             if not isinstance(self.generator, Generator): self.generator = self.generator()
             return generate_until(self.generator, [r.args for r in requests])
+        settings = [lm_eval_sampling(kw) for _, kw in [r.args for r in requests]]    # every kwarg checked first
+        if any(s.do_sample for s in settings):
+            raise EvalError("a generative task asks to sample but this scorer decodes greedily only: "
+                            "score with a run folder or HF model (a KV-cached generator), or set do_sample false")
         out = []
-        for ctx, kw in [r.args for r in requests]:
-            until = kw.get("until") or []
-            until = [until] if isinstance(until, str) else until
-            ids = self.scorer.greedy_generate([self.tok_encode(ctx)], int(kw.get("max_gen_toks", 256)))[0]
-            text = self.tok_decode(ids)
-            for s in until:
-                if s and s in text: text = text[:text.index(s)]
+        for (ctx, _), s in zip([r.args for r in requests], settings):
+            text = self.tok_decode(self.scorer.greedy_generate([self.tok_encode(ctx)], s.max_new_tokens)[0])
+            for stop in s.stop:
+                if stop in text: text = text[:text.index(stop)]
             out.append(text)
         return out
 
@@ -273,10 +274,10 @@ def follow_forwards(scorer, tokenizer=None) -> int:
         dist.broadcast(header, 0)
         n, B, S = header.tolist()
         if n == GENERATE:
-            ids, s = _receive_generation(B, S, scorer.device)
+            ids, s, indices = _receive_generation(B, S, scorer.device)
             if scorer.topo.dp_rank == 0:                  # replica 0 decodes with rank 0; the others wait
                 gen = gen or scorer_generator(scorer, tokenizer)
-                gen.generate_ids(ids, s)
+                gen.generate_ids(ids, s, indices=indices)
             continue
         if n < 0: return done
         sizes = torch.empty((n, 2), dtype=torch.long, device=scorer.device)
@@ -291,26 +292,27 @@ GENERATE = -2                                            # a `follow_forwards` h
 
 class LeadGenerator(Generator):
     "Rank 0's `Generator` on a layout: every batch goes to the ranks in `follow_forwards` before it is decoded."
-    def generate_ids(self, ids, s, use_cache: bool = True, on_text=None):
-        _send_generation(ids, s, self.dec.device)
-        return super().generate_ids(ids, s, use_cache, on_text)
+    def generate_ids(self, ids, s, use_cache: bool = True, on_text=None, indices=None):
+        indices = list(range(len(ids))) if indices is None else list(indices)
+        _send_generation(ids, s, self.dec.device, indices)
+        return super().generate_ids(ids, s, use_cache, on_text, indices=indices)
 
-def _send_generation(ids: list[list[int]], s, device):
-    "Rank 0: the header, the prompts' token ids (padded with -1) and the sampling settings, to every rank."
+def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
+    "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."
     B, L = len(ids), max(map(len, ids))
     x = torch.full((B, L), -1, dtype=torch.long, device=device)
     for r, row in enumerate(ids): x[r, :len(row)] = torch.tensor(row)
     dist.broadcast(torch.tensor([GENERATE, B, L], dtype=torch.long, device=device), 0)
     dist.broadcast(x, 0)
-    dist.broadcast_object_list([s], 0)
+    dist.broadcast_object_list([s, list(indices)], 0)
 
 def _receive_generation(B: int, L: int, device):
-    "Every rank but 0: (prompts' token ids, sampling settings) of the round rank 0 sends."
+    "Every rank but 0: (prompts' token ids, sampling settings, request indices) of the round rank 0 sends."
     x = torch.empty((B, L), dtype=torch.long, device=device)
     dist.broadcast(x, 0)
-    box = [None]
+    box = [None, None]
     dist.broadcast_object_list(box, 0)
-    return [[t for t in row if t >= 0] for row in x.tolist()], box[0]
+    return [[t for t in row if t >= 0] for row in x.tolist()], box[0], box[1]
 
 def scorer_generator(scorer, tokenizer=None) -> Generator:
     "A KV-cached `Generator` over the scorer's own model; rank 0 of a led layout sends each batch to the others."
