@@ -22,7 +22,7 @@ from .tasks import (TASKS, ENV_DATA, load_docs, parse_shots, parse_tasks, task_c
 from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
                         run_tokenizer, tokenizer_identity)
 from .jobs import launch_ranks, rank_entry, under_launcher
-from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until
+from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until, lm_eval_sampling
 
 # %% auto #0
 __all__ = ['GENERATE', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
@@ -49,9 +49,13 @@ def logits_logprobs(logits_fn: Callable) -> Callable:
 class TokenScorer:
     "Batched `Scorer` over `logprobs_fn(tokens, labels) -> (log p(label), greedy token)`, both [B, S]."
     def __init__(self, logprobs_fn: Callable, max_len: int, batch_size: int = 8, pad_id: int = 0,
-                 fixed_shape: bool = False, device=None):
+                 fixed_shape: bool = False, device=None, bucket: int = 0, in_flight: int = 1):
         self.fn, self.max_len, self.batch_size, self.pad_id = logprobs_fn, max_len, batch_size, pad_id
         self.fixed_shape, self.device = fixed_shape, device or "cpu"
+        # bucket > 0: each batch is [batch_size, length rounded up to a multiple of bucket] (shapes shared)
+        self.bucket = bucket
+        # batches of one shape sent together through `fn_many` (a pipeline's micro-batches in flight)
+        self.in_flight, self.fn_many = in_flight, None
         self.calls = 0                                   # forward passes made (for tests and progress)
         # batches run at once (`lead_forwards` sets the dp size)
         self.replicas = 1
@@ -59,9 +63,15 @@ class TokenScorer:
         self.decoder: Callable | None = None
         self.leads = False                               # rank 0 leads the ranks in `follow_forwards`
 
+    def _shape(self, rows: list[list[int]]) -> tuple[int, int]:
+        "The [B, S] a batch of `rows` is padded to: as long as its rows, fixed, or bucketed."
+        if self.fixed_shape: return self.batch_size, self.max_len
+        S = max(map(len, rows))
+        if self.bucket: return self.batch_size, min(-(-S // self.bucket) * self.bucket, self.max_len)
+        return len(rows), S
+
     def _tensors(self, rows: list[list[int]], labels: list[list[int]]):
-        S = self.max_len if self.fixed_shape else max(map(len, rows))
-        B = self.batch_size if self.fixed_shape else len(rows)
+        B, S = self._shape(rows)
         tok = torch.full((B, S), self.pad_id, dtype=torch.long)
         lab = torch.zeros((B, S), dtype=torch.long)
         for r, (x, y) in enumerate(zip(rows, labels)):
@@ -69,9 +79,15 @@ class TokenScorer:
             lab[r, :len(y)] = torch.tensor(y)
         return tok.to(self.device), lab.to(self.device)
 
+    def forward_here(self, batches: list) -> list:
+        "(log p, greedy) of each batch on this replica: `in_flight` at a time through `fn_many`, else in turn."
+        if self.fn_many is None: return [self.fn(tok, lab) for tok, lab in batches]
+        step = self.in_flight
+        return [o for g in range(0, len(batches), step) for o in self.fn_many(batches[g:g + step])]
+
     def forward_many(self, batches: list) -> list:
-        "(log p, greedy) of each (tokens, labels) batch: in turn here; one per replica after `lead_forwards`."
-        return [self.fn(tok, lab) for tok, lab in batches]
+        "(log p, greedy) of each (tokens, labels) batch: here; spread over the replicas after `lead_forwards`."
+        return self.forward_here(batches)
 
     def _run_many(self, batches: list) -> list:
         with torch.no_grad(): outs = self.forward_many([self._tensors(rows, labs) for rows, labs in batches])
@@ -86,8 +102,13 @@ class TokenScorer:
         if any(len(x) == 0 for _, x in requests): raise EvalError("a request has an empty continuation")
         order = sorted(range(len(requests)), key=lambda i: -len(full[i]))
         batches = [order[b:b + self.batch_size] for b in range(0, len(order), self.batch_size)]
-        for g in range(0, len(batches), self.replicas):        # one round: a batch for each replica
-            group = batches[g:g + self.replicas]
+        rounds = []                     # a round: in_flight batches for each replica, of one shape if > 1
+        for idx in batches:
+            shape = self._shape([full[i][:-1] for i in idx])
+            if (rounds and len(rounds[-1][1]) < self.replicas * self.in_flight
+                    and (self.in_flight == 1 or rounds[-1][0] == shape)): rounds[-1][1].append(idx)
+            else: rounds.append((shape, [idx]))
+        for _, group in rounds:
             outs = self._run_many([([full[i][:-1] for i in idx], [full[i][1:] for i in idx])
                                    for idx in group])
             for idx, (lp, gr) in zip(group, outs):
@@ -140,22 +161,29 @@ def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     return scorer
 
 # %% ../nbs/07_eval.ipynb #dc922a6b
-def pipeline_scorer(engine, topo, batch_size: int = 8) -> TokenScorer:
+def pipeline_scorer(engine, topo, batch_size: int = 8, in_flight: int | None = None,
+                    bucket: int = 32) -> TokenScorer:
     "A `TokenScorer` over a DeepSpeed pipeline engine (any TP x PP); every rank calls it with the same input."
+    # in_flight: micro-batches per pass (default pp: every stage busy); bucket: padded lengths, so M equals 1
     cfg = model_config_of(engine.module)
     src = dist.get_global_rank(topo.pp_group, topo.pp - 1) if topo.pp > 1 else topo.rank   # the last stage
-    def logprobs(tokens, labels):
-        engine.reset_activation_shape()                   # this batch's shapes travel between stages
-        try: out = eval_logprobs(engine, iter([(tokens, labels)]), num_micro_batches=1)
-        # and the next batch's (evaluation or training) again
+    def logprobs_many(batches):
+        "(log p, greedy) of batches of one shape: one `eval_batch` with them in flight as micro-batches."
+        engine.reset_activation_shape()                   # this pass's shape travels between stages
+        try: out = eval_logprobs(engine, iter(batches), num_micro_batches=len(batches))
+        # and the next pass's (evaluation or training) again
         finally: engine.reset_activation_shape()
-        lp, greedy = (out[0] if out is not None
-                      else (torch.empty(tokens.shape, device=tokens.device), torch.empty_like(tokens)))
+        shape, dev = (len(batches), *batches[0][0].shape), batches[0][0].device
+        if out is None:
+            lp, greedy = torch.empty(shape, device=dev), torch.empty(shape, dtype=torch.long, device=dev)
+        else: lp, greedy = torch.stack([o[0].float() for o in out]), torch.stack([o[1].long() for o in out])
         if topo.pp > 1:
             lp, greedy = lp.float().contiguous(), greedy.long().contiguous()
             dist.broadcast(lp, src, group=topo.pp_group); dist.broadcast(greedy, src, group=topo.pp_group)
-        return lp, greedy
-    scorer = TokenScorer(logprobs, cfg.seq_length, batch_size, device=topo.device)
+        return list(zip(lp, greedy))
+    scorer = TokenScorer(lambda tokens, labels: logprobs_many([(tokens, labels)])[0], cfg.seq_length,
+                         batch_size, device=topo.device, bucket=bucket, in_flight=in_flight or topo.pp)
+    scorer.fn_many = logprobs_many
     scorer.topo = topo                                    # for `lead_forwards`: which replica this rank is in
     # decoding runs this stage's own layers (DeepSpeed's `forward_funcs`): no second copy of the weights
     stage = lambda: Stage(cfg, topo.pp, topo.pp_rank, layers=engine.module.forward_funcs)
@@ -205,34 +233,37 @@ class MtnlgLM(TemplateLM):
             # made on first use
             if not isinstance(self.generator, Generator): self.generator = self.generator()
             return generate_until(self.generator, [r.args for r in requests])
+        settings = [lm_eval_sampling(kw) for _, kw in [r.args for r in requests]]    # every kwarg checked first
+        if any(s.do_sample for s in settings):
+            raise EvalError("a generative task asks to sample but this scorer decodes greedily only: "
+                            "score with a run folder or HF model (a KV-cached generator), or set do_sample false")
         out = []
-        for ctx, kw in [r.args for r in requests]:
-            until = kw.get("until") or []
-            until = [until] if isinstance(until, str) else until
-            ids = self.scorer.greedy_generate([self.tok_encode(ctx)], int(kw.get("max_gen_toks", 256)))[0]
-            text = self.tok_decode(ids)
-            for s in until:
-                if s and s in text: text = text[:text.index(s)]
+        for (ctx, _), s in zip([r.args for r in requests], settings):
+            text = self.tok_decode(self.scorer.greedy_generate([self.tok_encode(ctx)], s.max_new_tokens)[0])
+            for stop in s.stop:
+                if stop in text: text = text[:text.index(stop)]
             out.append(text)
         return out
 
 # %% ../nbs/07_eval.ipynb #5e1a0010
 def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
-    "Each rank's replica runs batch `dp_rank` of the round; rank 0 gets all n (log p, greedy), others None."
+    "Replica d runs batches d, d + dp, ... of the round in one pass; rank 0 gets all n (log p, greedy)."
     topo = scorer.topo
-    out = None
-    if topo.dp_rank < n:
-        b, s = sizes[topo.dp_rank].tolist()
-        with torch.no_grad(): out = scorer.fn(tokens[topo.dp_rank, :b, :s], labels[topo.dp_rank, :b, :s])
-    else:                                 # DeepSpeed 0.19.8's eval_batch starts with a barrier of all ranks:
-        # a replica without a batch joins it
-        with torch.no_grad(): scorer.fn(tokens[0, :1, :1], labels[0, :1, :1])
+    mine = list(range(topo.dp_rank, n, topo.dp))
+    shapes = sizes.tolist()
+    with torch.no_grad():
+        if mine: outs = scorer.forward_here([(tokens[i, :shapes[i][0], :shapes[i][1]],
+                                              labels[i, :shapes[i][0], :shapes[i][1]]) for i in mine])
+        else:                             # DeepSpeed 0.19.8's eval_batch starts with a barrier of all ranks:
+            # a replica without a batch joins it
+            scorer.fn(tokens[0, :1, :1], labels[0, :1, :1])
     if topo.tp_rank or topo.pp_rank: return None              # each replica's first rank answers for it
-    lp = torch.zeros(tokens.shape[1:], dtype=torch.float32, device=tokens.device)
-    greedy = torch.zeros(tokens.shape[1:], dtype=torch.long, device=tokens.device)
-    if out is not None:
-        lp[:b, :s] = out[0].float()
-        greedy[:b, :s] = out[1].long()
+    slots = -(-n // topo.dp)                                  # batches per replica (the first has the most)
+    lp = torch.zeros((slots, *tokens.shape[1:]), dtype=torch.float32, device=tokens.device)
+    greedy = torch.zeros((slots, *tokens.shape[1:]), dtype=torch.long, device=tokens.device)
+    for j, i in enumerate(mine):
+        b, s = shapes[i]
+        lp[j, :b, :s], greedy[j, :b, :s] = outs[j][0].float(), outs[j][1].long()
     lps, greedys = [lp], [greedy]
     if topo.dp > 1:
         lps = [torch.empty_like(lp) for _ in range(topo.dp)] if topo.rank == 0 else None
@@ -240,7 +271,8 @@ def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
         dist.gather(lp, lps, dst=0, group=topo.dp_group)
         dist.gather(greedy, greedys, dst=0, group=topo.dp_group)
     if topo.rank != 0: return None
-    return [(lps[i][:b, :s], greedys[i][:b, :s]) for i, (b, s) in enumerate(sizes.tolist())]
+    return [(lps[i % topo.dp][i // topo.dp, :b, :s], greedys[i % topo.dp][i // topo.dp, :b, :s])
+            for i, (b, s) in enumerate(shapes)]
 
 def lead_forwards(scorer):
     "On rank 0: each round of up to dp batches goes to every rank, a batch per replica; results come back."
@@ -273,10 +305,10 @@ def follow_forwards(scorer, tokenizer=None) -> int:
         dist.broadcast(header, 0)
         n, B, S = header.tolist()
         if n == GENERATE:
-            ids, s = _receive_generation(B, S, scorer.device)
+            ids, s, indices = _receive_generation(B, S, scorer.device)
             if scorer.topo.dp_rank == 0:                  # replica 0 decodes with rank 0; the others wait
                 gen = gen or scorer_generator(scorer, tokenizer)
-                gen.generate_ids(ids, s)
+                gen.generate_ids(ids, s, indices=indices)
             continue
         if n < 0: return done
         sizes = torch.empty((n, 2), dtype=torch.long, device=scorer.device)
@@ -284,33 +316,34 @@ def follow_forwards(scorer, tokenizer=None) -> int:
         labels = torch.empty_like(tokens)
         for t in (sizes, tokens, labels): dist.broadcast(t, 0)
         _replica_round(scorer, n, tokens, labels, sizes)
-        done += scorer.topo.dp_rank < n
+        done += len(range(scorer.topo.dp_rank, n, scorer.topo.dp))
 
 # %% ../nbs/07_eval.ipynb #46e8e73f
 GENERATE = -2                                            # a `follow_forwards` header: decode a batch of prompts
 
 class LeadGenerator(Generator):
     "Rank 0's `Generator` on a layout: every batch goes to the ranks in `follow_forwards` before it is decoded."
-    def generate_ids(self, ids, s, use_cache: bool = True, on_text=None):
-        _send_generation(ids, s, self.dec.device)
-        return super().generate_ids(ids, s, use_cache, on_text)
+    def generate_ids(self, ids, s, use_cache: bool = True, on_text=None, indices=None):
+        indices = list(range(len(ids))) if indices is None else list(indices)
+        _send_generation(ids, s, self.dec.device, indices)
+        return super().generate_ids(ids, s, use_cache, on_text, indices=indices)
 
-def _send_generation(ids: list[list[int]], s, device):
-    "Rank 0: the header, the prompts' token ids (padded with -1) and the sampling settings, to every rank."
+def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
+    "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."
     B, L = len(ids), max(map(len, ids))
     x = torch.full((B, L), -1, dtype=torch.long, device=device)
     for r, row in enumerate(ids): x[r, :len(row)] = torch.tensor(row)
     dist.broadcast(torch.tensor([GENERATE, B, L], dtype=torch.long, device=device), 0)
     dist.broadcast(x, 0)
-    dist.broadcast_object_list([s], 0)
+    dist.broadcast_object_list([s, list(indices)], 0)
 
 def _receive_generation(B: int, L: int, device):
-    "Every rank but 0: (prompts' token ids, sampling settings) of the round rank 0 sends."
+    "Every rank but 0: (prompts' token ids, sampling settings, request indices) of the round rank 0 sends."
     x = torch.empty((B, L), dtype=torch.long, device=device)
     dist.broadcast(x, 0)
-    box = [None]
+    box = [None, None]
     dist.broadcast_object_list(box, 0)
-    return [[t for t in row if t >= 0] for row in x.tolist()], box[0]
+    return [[t for t in row if t >= 0] for row in x.tolist()], box[0], box[1]
 
 def scorer_generator(scorer, tokenizer=None) -> Generator:
     "A KV-cached `Generator` over the scorer's own model; rank 0 of a led layout sends each batch to the others."

@@ -8,6 +8,7 @@ import json, os, sys, tempfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.distributed as dist
@@ -19,9 +20,10 @@ from .runs import hf_tokenizer, inference_config, is_hf_model_dir, run_tokenizer
 from .jobs import launch_ranks, rank_entry, under_launcher
 
 # %% auto #0
-__all__ = ['GenerateError', 'Sampling', 'prepare_prompts', 'next_tokens', 'KVCache', 'stage_layers', 'Stage', 'ModelDecoder',
-           'HFDecoder', 'Generation', 'Generator', 'load_generator', 'demo_checkpoint', 'generate_until',
-           'read_prompts', 'generate_run', 'cli_parser', 'cli_run']
+__all__ = ['GEN_KWARGS', 'GenerateError', 'Sampling', 'prepare_prompts', 'request_stream', 'next_tokens', 'KVCache',
+           'stage_layers', 'Stage', 'ModelDecoder', 'HFDecoder', 'Generation', 'Generator', 'load_generator',
+           'demo_checkpoint', 'lm_eval_sampling', 'generate_until', 'read_prompts', 'generate_run', 'cli_parser',
+           'cli_run']
 
 # %% ../nbs/13_generate.ipynb #cf82d4f6
 class GenerateError(ValueError):
@@ -37,7 +39,8 @@ class Sampling:
     temperature: float = 1.0       # > 0; divides the logits
     top_k: int = 0                 # keep the k most likely tokens (0: all)
     top_p: float = 1.0             # nucleus: the smallest set with this much probability, in (0, 1]
-    seed: int = 1234               # seed of the sampling generator (same seed, same tokens, on any layout)
+    # request i draws from the stream (seed, i): the same tokens at any batch size and on any layout
+    seed: int = 1234
     stop: list = field(default_factory=list)   # stop strings: a row ends at the first one (cut from its text)
     stop_at_eod: bool = True       # a row ends at the end-of-document token
     # prompt longer than context - max_new_tokens: 'error' or 'left' (keep its end)
@@ -86,12 +89,21 @@ def _warpers(s: Sampling):
     if s.top_p < 1.0: w.append(TopPLogitsWarper(s.top_p))
     return w
 
-def next_tokens(logits: torch.Tensor, s: Sampling, gen: torch.Generator | None = None) -> torch.Tensor:
-    "Next token of each row from last-position logits [B, V]: argmax, or a draw from the warped distribution."
+def request_stream(seed: int, index: int) -> torch.Generator:
+    "The random stream of request `index` under `seed`: the same whatever batch, layout or batch mates it has."
+    a, b = np.random.SeedSequence([seed, index]).generate_state(2, np.uint32)
+    return torch.Generator().manual_seed((int(a) << 32 | int(b)) & ((1 << 63) - 1))
+
+def next_tokens(logits: torch.Tensor, s: Sampling, streams: list | None = None) -> torch.Tensor:
+    "Each row's next token from logits [B, V]: argmax, or an inverse-CDF draw from the row's own stream."
     logits = logits.float().cpu()
     if not s.do_sample: return logits.argmax(-1)
-    scores = _warpers(s)(None, logits)
-    return torch.multinomial(torch.softmax(scores, -1), 1, generator=gen)[:, 0]
+    if streams is None or len(streams) != logits.shape[0]:
+        raise GenerateError("sampling needs one random stream per row: pass [request_stream(seed, i), ...]")
+    cdf = torch.softmax(_warpers(s)(None, logits), -1).double().cumsum(-1)
+    u = torch.stack([torch.rand((), dtype=torch.float64, generator=g) for g in streams]) * cdf[:, -1]
+    return torch.searchsorted(cdf, u[:, None], right=True)[:, 0].clamp(max=logits.shape[1] - 1)
+
 
 # %% ../nbs/13_generate.ipynb #6fe86fba
 class KVCache:
@@ -249,8 +261,10 @@ class Generator:
         self.dec, self.tok, self.rank0 = decoder, tokenizer, rank0
 
     def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True,
-                 on_text: Callable | None = None, batch_size: int = 8, **settings) -> list[Generation]:
-        "Continue each prompt (a string or list of strings) in batches; `on_text(piece)` streams one prompt."
+                 on_text: Callable | None = None, batch_size: int = 8, first_index: int = 0,
+                 **settings) -> list[Generation]:
+        "Continue each prompt (a string or list) in batches; prompt i draws from stream (seed, first_index + i)."
+        # on_text(piece): streams the text of a single prompt
         s = (sampling or Sampling(**settings)).check()
         single = isinstance(prompts, str)
         prompts = [prompts] if single else list(prompts)
@@ -261,13 +275,15 @@ class Generator:
         if batch_size < 1: raise GenerateError(f"batch_size {batch_size}: want >= 1")
         rows = []
         for b in range(0, len(ids), batch_size):
+            index = list(range(first_index + b, first_index + min(b + batch_size, len(ids))))
             rows += self.generate_ids(ids[b:b + batch_size], s, use_cache,
-                                      on_text if len(prompts) == 1 else None)
+                                      on_text if len(prompts) == 1 else None, indices=index)
         out = [Generation(p, *r) for p, r in zip(prompts, rows)]
         return out[0] if single else out
 
-    def generate_ids(self, ids: list[list[int]], s: Sampling, use_cache: bool = True, on_text=None):
-        "(text, tokens, finish) for each prompt of token ids (already checked by `prepare_prompts`)."
+    def generate_ids(self, ids: list[list[int]], s: Sampling, use_cache: bool = True, on_text=None,
+                     indices: list[int] | None = None):
+        "(text, tokens, finish) per prompt of ids (checked by `prepare_prompts`); row r draws stream indices[r]."
         B, L = len(ids), max(map(len, ids))
         eod, dev = self.tok.eod, self.dec.device
         tokens = torch.full((B, L), eod, dtype=torch.long)
@@ -275,7 +291,10 @@ class Generator:
         for r, x in enumerate(ids): tokens[r, L - len(x):], valid[r, L - len(x):] = torch.tensor(x), True
         pos = (valid.long().cumsum(1) - 1).clamp(min=0)
         nxt_pos = valid.sum(1)
-        gen = torch.Generator().manual_seed(s.seed)
+        indices = list(range(B)) if indices is None else list(indices)
+        if len(indices) != B:
+            raise GenerateError(f"{len(indices)} request indices for {B} prompts: want one each")
+        streams = [request_stream(s.seed, i) for i in indices] if s.do_sample else None
         out, text, finish = [[] for _ in range(B)], [""] * B, [None] * B
         cache, seq, seq_valid, seq_pos = self.dec.new_cache(L + s.max_new_tokens), tokens, valid, pos
         step = (tokens, pos, valid)
@@ -284,7 +303,7 @@ class Generator:
             if use_cache: logits = self.dec.step(cache, *(x.to(dev) for x in step))
             else: logits = self.dec.step(self.dec.new_cache(seq.shape[1]), seq.to(dev), seq_pos.to(dev),
                                          seq_valid.to(dev))
-            nxt = next_tokens(logits, s, gen) if self.dec.picks else torch.zeros(B, dtype=torch.long)
+            nxt = next_tokens(logits, s, streams) if self.dec.picks else torch.zeros(B, dtype=torch.long)
             nxt = self.dec.share(nxt)
             for r in range(B):
                 if finish[r]: nxt[r] = eod; continue
@@ -345,29 +364,43 @@ def demo_checkpoint(run_dir, seq_length: int = 256, seed: int = 0) -> Path:
     return Path(run_dir)
 
 # %% ../nbs/13_generate.ipynb #d6d5f811
+# the generation kwargs of lm-eval that `generate_until` honours (after lm-eval folds the max-token aliases)
+GEN_KWARGS = ("until", "do_sample", "temperature", "top_k", "top_p", "max_gen_toks")
+
+def lm_eval_sampling(kwargs: dict | None, max_gen_toks: int = 256, max_len: int | None = None,
+                     seed: int = 1234) -> Sampling:
+    "The `Sampling` of one lm-eval request's generation kwargs, read as lm-eval's `hf` model reads them."
+    from lm_eval.models.utils import normalize_gen_kwargs
+    kw = dict(normalize_gen_kwargs(dict(kwargs or {}), max_gen_toks))   # aliases -> max_gen_toks
+    unknown = sorted(set(kw) - set(GEN_KWARGS))
+    if unknown:
+        raise GenerateError(f"generation kwargs {unknown}: not supported; mtnlg honours {list(GEN_KWARGS)} "
+                            "(and the max-token aliases): remove them from the task")
+    if any(not isinstance(u, str) for u in kw["until"]):
+        raise GenerateError(f"until {kw['until']!r}: want a string or a list of strings")
+    temperature = float(kw.get("temperature", 1.0) if kw.get("temperature") is not None else 1.0)
+    sample = bool(kw.get("do_sample")) and temperature > 0                 # temperature 0: greedy
+    n = int(kw["max_gen_toks"]) if max_len is None else min(int(kw["max_gen_toks"]), max_len - 1)
+    return Sampling(max_new_tokens=n, do_sample=sample, temperature=temperature if sample else 1.0,
+                    top_k=int(kw.get("top_k") or 0), top_p=float(kw["top_p"] if kw.get("top_p") else 1.0),
+                    seed=seed, stop=[u for u in kw["until"] if u], truncate="left").check()
+
 def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size: int = 8,
-                   max_gen_toks: int = 256) -> list[str]:
-    "lm-eval `generate_until` answers: each context's continuation, cut at the first of its `until` strings."
-    out = []
-    for b in range(0, len(requests), batch_size):
-        chunk = requests[b:b + batch_size]
-        groups = {}
-        for i, (ctx, kw) in enumerate(chunk):           # one Sampling per distinct setting
-            until = kw.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
-            key = (tuple(u for u in until if u), int(kw.get("max_gen_toks", max_gen_toks)),
-                   bool(kw.get("do_sample", False)), float(kw.get("temperature", 1.0) or 1.0))
-            groups.setdefault(key, []).append(i)
-        res = [None] * len(chunk)
-        for (until, n, sample, temp), idx in groups.items():
-            n = min(n, gen.dec.max_len - 1)
-            s = Sampling(max_new_tokens=n, do_sample=sample, temperature=temp, stop=list(until),
-                         truncate="left")
-            ids = prepare_prompts([gen.tok.tokenize(chunk[i][0]) or [gen.tok.eod] for i in idx],
-                                  gen.dec.max_len, s.check())
-            for i, r in zip(idx, gen.generate_ids(ids, s)): res[i] = r[0]
-        out += res
+                   max_gen_toks: int = 256, seed: int = 1234) -> list[str]:
+    "lm-eval `generate_until` answers, cut at `until`; request i samples from stream (seed, i) at any batching."
+    settings = [lm_eval_sampling(kw, max_gen_toks, gen.dec.max_len, seed) for _, kw in requests]  # all first
+    groups = {}
+    for i, s in enumerate(settings): groups.setdefault(json.dumps(asdict(s)), []).append(i)
+    out = [None] * len(requests)
+    for idx in groups.values():
+        s = settings[idx[0]]
+        for b in range(0, len(idx), batch_size):
+            part = idx[b:b + batch_size]
+            ids = prepare_prompts([gen.tok.tokenize(requests[i][0]) or [gen.tok.eod] for i in part],
+                                  gen.dec.max_len, s)
+            for i, r in zip(part, gen.generate_ids(ids, s, indices=part)): out[i] = r[0]
     return out
+
 
 # %% ../nbs/13_generate.ipynb #effb1b99
 def _sampling_argv(s: Sampling) -> list[str]:

@@ -8,6 +8,10 @@ from mtnlg.topology import shutdown
 
 PROMPTS = ["The quick brown fox", "Hello", "In the beginning God created the heaven and the earth"]
 SAMPLE = dict(do_sample=True, temperature=0.9, top_k=40, top_p=0.95, seed=11, max_new_tokens=12)
+# 12 copies of one prompt (the bias notebook's settings): each copy is its own request with its own stream
+COPY = "The nurse was a"
+COPY_SAMPLE = dict(do_sample=True, temperature=1.0, top_p=0.9, max_new_tokens=10, seed=1234)
+COPY_KWARGS = {"until": ["\n\n"], "do_sample": True, "temperature": 1.0, "top_p": 0.9, "max_gen_toks": 10}
 
 
 def cases(gen) -> dict:
@@ -17,7 +21,10 @@ def cases(gen) -> dict:
             "greedy_nocache": toks(gen.generate(PROMPTS, max_new_tokens=12, use_cache=False)),
             "sample": toks(gen.generate(PROMPTS, **SAMPLE)),
             "sample_nocache": toks(gen.generate(PROMPTS, use_cache=False, **SAMPLE)),
-            "until": generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in PROMPTS])}
+            "until": generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in PROMPTS]),
+            "copies_bs4": toks(gen.generate([COPY] * 12, batch_size=4, **COPY_SAMPLE)),
+            "copies_bs12": toks(gen.generate([COPY] * 12, batch_size=12, **COPY_SAMPLE)),
+            "until_copies": generate_until(gen, [(COPY, COPY_KWARGS)] * 12, batch_size=5)}
 
 
 if __name__ == "__main__":

@@ -105,6 +105,38 @@ def test_generate_until_for_lm_eval(tp2pp2, one):
     assert cut == full[:full.index(stop)]
 
 
+def test_copies_draw_distinct_streams_at_any_batch_size_and_layout(tp2pp2, one):
+    "12 copies of a prompt: 12 distinct draws, the same at batch size 4 and 12, on TP2 x PP2 and one process."
+    gen, cases = one
+    assert len({tuple(x) for x in cases["copies_bs4"]}) == 12
+    assert cases["copies_bs4"] == cases["copies_bs12"] == tp2pp2["copies_bs4"] == tp2pp2["copies_bs12"]
+    assert tp2pp2["until_copies"] == cases["until_copies"] and len(set(cases["until_copies"])) == 12
+    assert cases["until_copies"] == G.generate_until(gen, [(W.COPY, W.COPY_KWARGS)] * 12, batch_size=12)
+    # positive control: streams numbered per batch (the old per-batch seeding) repeat every 4 rows at batch 4
+    s = G.Sampling(**W.COPY_SAMPLE)
+    ids = [gen.tok.tokenize(W.COPY)] * 4
+    per_batch = [r[1] for _ in range(3) for r in gen.generate_ids(ids, s)]
+    assert len({tuple(x) for x in per_batch}) == 4
+    assert gen.generate([W.COPY] * 3, batch_size=2, first_index=5, **W.COPY_SAMPLE)[0].tokens == \
+        cases["copies_bs4"][5]
+
+
+def test_generate_until_honours_every_lm_eval_kwarg(one):
+    gen, _ = one
+    ask = lambda kw, n=1: G.generate_until(gen, [(W.COPY, {"until": ["\n\n"]} | kw)] * n)
+    greedy = ask({"max_gen_toks": 8})[0]
+    for kw in ({"top_k": 1}, {"top_p": 1e-9}, {"temperature": 0}):        # each collapses sampling to argmax
+        assert ask({"do_sample": True, "max_gen_toks": 8} | kw, 4) == [greedy] * 4, kw
+    assert len(set(ask({"do_sample": True, "max_gen_toks": 8}, 4))) > 1     # the control: sampling differs
+    assert len(set(ask({"temperature": 0.7, "max_gen_toks": 8}, 4))) > 1    # lm-eval: temperature > 0 samples
+    for alias in ("max_new_tokens", "max_tokens", "max_completion_tokens"):
+        assert ask({alias: 2}) == [gen.generate(W.COPY, max_new_tokens=2, stop=["\n\n"]).text], alias
+    assert ask({"max_gen_toks": 2}) != [greedy]                             # the control: 8 tokens differ
+    assert ask({"until": "\n\n", "max_gen_toks": 8}) == [greedy]            # one stop string as a str
+    with pytest.raises(G.GenerateError, match="num_beams"):
+        ask({"num_beams": 4, "max_gen_toks": 8})
+
+
 def test_stream_and_stop_strings(one):
     gen, _ = one
     pieces = []

@@ -1,0 +1,33 @@
+"""Interval statistics of the studies (mtnlg.stats): coverage on synthetic data with a known answer is near the
+nominal 95% (within Monte Carlo error, fixed seeds), and the bootstrap over samples, which ignores that samples of
+one prompt are alike, under-covers (the positive control)."""
+import numpy as np
+from mtnlg.stats import (bootstrap_ci, clustered_coverage, cluster_bootstrap_ci, cluster_t_ci, proportion_coverage,
+                         wilson)
+
+SE = (0.95 * 0.05 / 400) ** 0.5          # Monte Carlo standard error of a 95% coverage over 400 replications
+
+
+def test_clustered_means_cover_near_95():
+    cov = clustered_coverage(reps=400)
+    assert abs(cov["cluster_t"] - 0.95) < 3 * SE, cov
+    assert cov["cluster_bootstrap"] > 0.85, cov            # percentile bootstrap with 12 clusters: a bit under
+    assert cov["iid_bootstrap"] < 0.75, cov                # samples treated as independent: far too narrow
+
+
+def test_wilson_covers_proportions_and_never_has_zero_width():
+    assert abs(proportion_coverage(400, p=0.3, n=100) - 0.95) < 3 * SE
+    assert proportion_coverage(400, p=0.02, n=50) > 0.9     # rare outcome: the bootstrap covers about 63% here
+    assert wilson(0, 50)[2] > 0 and bootstrap_ci(np.zeros(50))[2] == 0
+
+
+def test_cluster_intervals_widen_with_cluster_effects():
+    "The same 480 values, once as 12 alike prompts and once with prompt effects: only the latter widens."
+    rng = np.random.default_rng(0)
+    cl = np.repeat(np.arange(12), 40)
+    flat = (rng.random(480) < 0.3).astype(float)
+    clumped = np.concatenate([rng.random(40) < r for r in rng.choice([0.05, 0.6], 12)]).astype(float)
+    width = lambda ci: ci[2] - ci[1]
+    assert width(cluster_bootstrap_ci(clumped, cl)) > 2 * width(bootstrap_ci(clumped))
+    assert width(cluster_bootstrap_ci(flat, cl)) < 1.5 * width(bootstrap_ci(flat))
+    assert width(cluster_t_ci(clumped, cl)) > 2 * width(bootstrap_ci(clumped))
