@@ -7,20 +7,26 @@ one `slurmctld` (in a UTS namespace named `ctl`, as it must see its own name as 
 Everything a host's slurmd starts (batch scripts, srun steps, torchrun and its ranks) lives in that host's
 namespaces, so ranks on `h1` and `h2` talk over TCP between two addresses, as on two machines.
 
+A host's namespaces belong to one small "machine" process (`sleep infinity` under `unshare`), not to a name
+under /run/netns: `kill_host` kills every other process on the host (slurmd, slurmstepd, the job) and leaves
+the machine with its address, as a crashed node's network port stays; `stop` kills the machines last and the
+namespaces go with them. `ip netns` is not used, so /run/netns is neither made nor mounted.
+
 `start(root, hosts=2)` installs the packages when missing (as tests/slurm_local.py does), then starts it all;
-`stop()` cancels the jobs and stops exactly what `start` made: its daemons by process id, every process left in
-its host namespaces, the namespaces and the bridge. Names derive from a tag (bridge `TAGbr`, namespaces
-`TAGh1`.., veths `TAGv1`..) and the subnet is one no route uses yet, so two clusters can run at once; nothing
-global is changed (`/etc/hosts` is replaced only inside the hosts' private mount namespaces; `os.environ` is
-not touched: clients get `SLURM_CONF` from `env()`). `unavailable()` says why it cannot run here, or None.
+`stop()` cancels the jobs and stops exactly what `start` made: its daemons by process id, every process left on
+its hosts, the links and the hosts' namespaces. Names derive from a tag (bridge `TAGbr`, veths `TAGv1`..) and
+the subnet is one no route uses yet, so two clusters can run at once; nothing global is changed (`/etc/hosts`
+is replaced only inside the hosts' private mount namespaces; `os.environ` is not touched: clients get
+`SLURM_CONF` from `env()`). `unavailable()` says why it cannot run here, or None.
 
 What it took (each was a failure first, see the issue's reference recipe):
-- `ip netns exec` remounts /sys, which hides /sys/fs/cgroup, and slurmd then fails: enter with `nsenter --net`.
+- `ip netns exec` remounts /sys, which hides /sys/fs/cgroup, and slurmd then fails: enter with `nsenter`.
 - slurmctld refuses to start unless its hostname is the SlurmctldHost name: a UTS namespace named `ctl`.
 - Each host declares `cpus_per_host` CPUs (SlurmdParameters=config_overrides): 4 ranks a host on 2 real CPUs.
+- A namespace is freed asynchronously after its last process: the veth is deleted from the bridge's side first.
 """
 from __future__ import annotations
-import ipaddress, os, re, shlex, shutil, subprocess, time, zlib
+import os, re, shlex, shutil, subprocess, time, zlib
 from pathlib import Path
 import slurm_local
 
@@ -133,13 +139,16 @@ class MultiHostSlurm:
         self.cpus_per_host, self.slurmd_timeout = cpus_per_host, slurmd_timeout
         self.bridge = f"{self.tag}br"
         self.net, self.addresses, self.conf = None, {}, None
-        self.procs: dict[str, subprocess.Popen] = {}     # name -> the daemon this object started
-        self.made: list[tuple[str, str]] = []             # ("netns"|"link", name), in the order they were made
+        self.procs: dict[str, subprocess.Popen] = {}     # name -> the process this object started
+        self.links: list[str] = []                        # the links made here, in order
+        self.host_ns: dict[str, str] = {}                 # host -> its network namespace ("net:[inode]")
 
     # ------------------------------------------------------------ names
-    def namespace(self, host: str) -> str:
-        "The network namespace of `host` (under /run/netns)."
-        return f"{self.tag}{self._check_host(host)}"
+    def machine_pid(self, host: str) -> int:
+        "Process id of the process that holds `host`'s namespaces (alive from start to stop)."
+        p = self.procs.get(f"machine-{self._check_host(host)}")
+        if p is None or p.poll() is not None: raise RuntimeError(f"host {host} is not running (stopped?)")
+        return p.pid
 
     def _check_host(self, host: str) -> str:
         if host not in self.hosts: raise ValueError(f"host {host!r}: this cluster has {', '.join(self.hosts)}")
@@ -191,40 +200,55 @@ class MultiHostSlurm:
         return p
 
     # ------------------------------------------------------------ start
+    def _enter(self, host: str, cwd=None) -> list[str]:
+        "The nsenter prefix that runs a command in `host`'s network, UTS and mount namespaces."
+        return ["nsenter", f"--target={self.machine_pid(host)}", "--net", "--uts", "--mount",
+                f"--wd={cwd or self.root}"]
+
+    def _in_host(self, host: str, *argv):
+        p = subprocess.run([*self._enter(host), *argv], capture_output=True, text=True)
+        if p.returncode: raise RuntimeError(f"on {host}: {' '.join(argv)}: {p.stderr.strip()}")
+
     def _make_network(self):
-        "The bridge (root namespace, address .1 = ctl) and one namespace + veth pair per host."
+        "The bridge (root namespace, address .1 = ctl), and per host a machine process and a veth pair."
         if self._ip("link", "show", self.bridge, check=False).returncode == 0:
             raise RuntimeError(f"a link {self.bridge} exists already: another cluster uses tag {self.tag!r}; "
                                "pick another tag or stop that cluster")
         self.net = _pick_subnet(self.tag)
+        self.addresses = {h: f"{self.net}.{10 + i}" for i, h in enumerate(self.hosts, start=1)}
+        lines = ["127.0.0.1 localhost", f"{self.net}.1 ctl"] + [f"{a} {h}" for h, a in self.addresses.items()]
+        hosts_file = self.root / "hosts"
+        hosts_file.write_text("\n".join(lines) + "\n")
         self._ip("link", "add", "name", self.bridge, "type", "bridge")
-        self.made.append(("link", self.bridge))
+        self.links.append(self.bridge)
         self._ip("addr", "add", f"{self.net}.1/24", "dev", self.bridge)
         self._ip("link", "set", self.bridge, "up")
         for i, h in enumerate(self.hosts, start=1):
-            ns, veth = self.namespace(h), f"{self.tag}v{i}"
-            self._ip("netns", "add", ns)
-            self.made.append(("netns", ns))
-            self._ip("link", "add", "name", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self.made.append(("link", veth))     # deleted before its namespace: namespace teardown is asynchronous
+            # the machine: new network, UTS (hostname) and private mount (/etc/hosts) namespaces, then sleep.
+            # unshare and sh exec the next program, so the process id is the namespaces' holder itself.
+            ready = self.root / "run" / f"{h}.ready"
+            inner = (f"hostname {h} && mount --bind {shlex.quote(str(hosts_file))} /etc/hosts && "
+                     f"touch {shlex.quote(str(ready))} && exec sleep infinity")
+            self._spawn(f"machine-{h}", ["unshare", "--net", "--uts", "--mount", "--propagation", "private",
+                                         "sh", "-c", inner])
+            self._wait(f"host {h}'s namespaces", ready.exists, 15, watch=[f"machine-{h}"])
+            pid = self.machine_pid(h)
+            self.host_ns[h] = os.readlink(f"/proc/{pid}/ns/net")
+            veth = f"{self.tag}v{i}"
+            self._ip("link", "add", "name", veth, "type", "veth", "peer", "name", "eth0", "netns", str(pid))
+            self.links.append(veth)
             self._ip("link", "set", veth, "master", self.bridge)
             self._ip("link", "set", veth, "up")
-            self.addresses[h] = f"{self.net}.{10 + i}"
-            self._ip("-n", ns, "addr", "add", f"{self.addresses[h]}/24", "dev", "eth0")
-            self._ip("-n", ns, "link", "set", "eth0", "up")
-            self._ip("-n", ns, "link", "set", "lo", "up")
-        lines = ["127.0.0.1 localhost", f"{self.net}.1 ctl"] + [f"{a} {h}" for h, a in self.addresses.items()]
-        (self.root / "hosts").write_text("\n".join(lines) + "\n")
+            self._in_host(h, "ip", "addr", "add", f"{self.addresses[h]}/24", "dev", "eth0")
+            self._in_host(h, "ip", "link", "set", "eth0", "up")
+            self._in_host(h, "ip", "link", "set", "lo", "up")
 
     def _start_slurmd(self, host: str):
-        "slurmd of `host`: in its network namespace, with a new UTS (hostname) and private mount (/etc/hosts) one."
-        # nsenter, not `ip netns exec` (that remounts /sys and slurmd then cannot find /sys/fs/cgroup). nsenter,
-        # unshare and sh each exec the next, so the process id is slurmd's own (kill_host and on_host use it).
-        inner = (f"hostname {host} && mount --bind {shlex.quote(str(self.root / 'hosts'))} /etc/hosts && "
-                 f"exec {slurm_local.BINARIES['slurmd']} -D -N {host} -f {shlex.quote(str(self.conf))}")
-        enter = ["nsenter", f"--net=/run/netns/{self.namespace(host)}"]
-        self._spawn(f"slurmd-{host}", [*enter, "unshare", "--uts", "--mount", "--propagation", "private",
-                                       "sh", "-c", inner])
+        "slurmd of `host`, in the host's namespaces."
+        # nsenter, not `ip netns exec` (that remounts /sys and slurmd then cannot find /sys/fs/cgroup). nsenter
+        # execs slurmd, so the process id is slurmd's own.
+        self._spawn(f"slurmd-{host}", [*self._enter(host), slurm_local.BINARIES["slurmd"], "-D", "-N", host,
+                                       "-f", str(self.conf)])
 
     def start(self, timeout: float = 60):
         "Make the network, write config and key, start munged, slurmctld and the slurmds; return when all idle."
@@ -233,7 +257,7 @@ class MultiHostSlurm:
         if old.exists() and old.read_text().strip() != self.tag:
             raise RuntimeError(f"{r} holds the state of cluster {old.read_text().strip()!r}: start cluster "
                                f"{self.tag!r} in an empty folder (or remove {r / 'state'})")
-        for d in ("state", "spool", "log", "munge"): (r / d).mkdir(parents=True, exist_ok=True)
+        for d in ("state", "spool", "log", "munge", "run"): (r / d).mkdir(parents=True, exist_ok=True)
         for h in self.hosts: (r / "spool" / h).mkdir(exist_ok=True)
         os.chmod(r / "munge", 0o700)
         key = r / "munge" / "munge.key"
@@ -302,13 +326,14 @@ class MultiHostSlurm:
         ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
                  "DEADLINE", "PREEMPTED"}
         until = until or (lambda info: info.get("JobState") in ended)
-        info = {}
+        seen = [{}]
         def done():
-            nonlocal info
-            info = self.job(job)
-            return until(info)
-        self._wait(f"job {job} (last seen {info.get('JobState')})", done, timeout, watch=["slurmctld"])
-        return info
+            seen[0] = self.job(job)
+            return until(seen[0])
+        try: self._wait(f"job {job}", done, timeout, watch=["slurmctld"])
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\nlast seen: {seen[0]}") from None
+        return seen[0]
 
     # ------------------------------------------------------------ hosts
     def slurmd_pid(self, host: str) -> int:
@@ -324,14 +349,23 @@ class MultiHostSlurm:
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("env", self.env())
-        cwd = kw.pop("cwd", os.getcwd())
-        enter = ["nsenter", f"--target={self.slurmd_pid(host)}", "--net", "--uts", "--mount", f"--wd={cwd}"]
+        enter = self._enter(host, kw.pop("cwd", os.getcwd()))
         return subprocess.run([*enter, *argv], **kw)
 
+    def _pids_in(self, ns: str) -> list[int]:
+        "Process ids of every process in network namespace `ns` (\"net:[inode]\")."
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit(): continue
+            try:
+                if os.readlink(f"/proc/{d}/ns/net") == ns: pids.append(int(d))
+            except OSError: continue          # exited meanwhile, or a process we may not inspect
+        return pids
+
     def host_pids(self, host: str) -> list[int]:
-        "Process ids of everything running on `host` (every process in its network namespace)."
-        out = self._ip("netns", "pids", self.namespace(host), check=False).stdout
-        return [int(x) for x in out.split()]
+        "Process ids of everything running on `host` (its network namespace), but the machine process itself."
+        machine = self.procs.get(f"machine-{self._check_host(host)}")
+        return [p for p in self._pids_in(self.host_ns[host]) if machine is None or p != machine.pid]
 
     def kill_host(self, host: str, timeout: float = 15):
         "Simulate the death of `host`: SIGKILL every process on it (slurmd, slurmstepd, the job's processes)."
@@ -360,30 +394,28 @@ class MultiHostSlurm:
             end = time.monotonic() + 15
             while time.monotonic() < end and self.client("squeue", "-h", check=False).stdout.strip():
                 time.sleep(0.3)
-        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
-            p = self.procs.get(name)
-            if p is not None and p.poll() is None:
-                p.terminate()
+        def end(p: subprocess.Popen, sig: str):
+            if p.poll() is None:
+                p.terminate() if sig == "TERM" else p.kill()
                 try: p.wait(15)
                 except subprocess.TimeoutExpired: p.kill(); p.wait()
-        for kind, name in self.made:
-            if kind == "netns":
-                for pid in self._ip("netns", "pids", name, check=False).stdout.split():
-                    try: os.kill(int(pid), 9)
-                    except ProcessLookupError: pass
-        for kind, name in reversed(self.made):
-            if kind == "netns": self._ip("netns", "del", name, check=False)
-            else: self._ip("link", "del", name, check=False)
-        self.made.clear()
+        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
+            if name in self.procs: end(self.procs[name], "TERM")
+        for h in self.host_ns:                   # what jobs left behind on the hosts (not the machines)
+            for pid in self.host_pids(h):
+                try: os.kill(pid, 9)
+                except ProcessLookupError: pass
+        for link in reversed(self.links): self._ip("link", "del", link, check=False)
+        self.links.clear()
+        for name in [n for n in self.procs if n.startswith("machine-")]: end(self.procs[name], "KILL")
         self.procs.clear()
 
     def leftovers(self) -> list[str]:
-        "What of this cluster still exists (namespaces, links, live daemons): empty after a clean stop()."
-        left = [f"netns {n}" for n in self._ip("netns", "list", check=False).stdout.split()
-                if re.fullmatch(rf"{self.tag}h\d+", n)]
+        "What of this cluster still exists (links, live processes, processes on its hosts): empty after stop()."
         links = self._ip("-o", "link", "show", check=False).stdout
-        left += [f"link {m}" for m in re.findall(rf"^\d+: ({self.tag}(?:br|v\d+))[@:]", links, re.M)]
+        left = [f"link {m}" for m in re.findall(rf"^\d+: ({self.tag}(?:br|v\d+))[@:]", links, re.M)]
         left += [f"process {n} ({p.pid})" for n, p in self.procs.items() if p.poll() is None]
+        left += [f"process {pid} on {h}" for h, ns in self.host_ns.items() for pid in self._pids_in(ns)]
         return left
 
 def start(root, hosts: int = 2, tag: str | None = None, log=print, **kw) -> MultiHostSlurm:

@@ -64,10 +64,19 @@ def test_two_nodes_show_two_hostnames_and_addresses(multihost_cluster):
     name, h1_entry, addr = on_h2.stdout.splitlines()
     assert name == "h2" and h1_entry.split() == [c.addresses["h1"], "h1"] and f"{c.addresses['h2']}/24" in addr
 
+def mount_points() -> set[str]:
+    "Mount points of this (the root) mount namespace."
+    return {l.split()[4] for l in Path("/proc/self/mountinfo").read_text().splitlines()}
+
 def test_second_cluster_coexists_and_stop_leaves_nothing(multihost_cluster, tmp_path):
     c = multihost_cluster
+    mounts, hosts_file = mount_points(), Path("/etc/hosts").read_text()
     other = multihost.start(tmp_path / "other", hosts=1, tag="mhother")
     try:
+        # nothing global: the hosts' /etc/hosts and namespaces are mounted inside their own mount namespaces
+        new = mount_points() - mounts
+        assert not [m for m in new if "netns" in m or m == "/etc/hosts" or str(tmp_path) in m], new
+        assert Path("/etc/hosts").read_text() == hosts_file
         assert other.net != c.net and other.bridge != c.bridge
         j = other.submit("#!/bin/bash\nsrun hostname\n", name="other")
         assert other.wait_job(j, timeout=60)["JobState"] == "COMPLETED"
@@ -113,7 +122,6 @@ else
 fi
 """
 
-@pytest.mark.slow
 def test_host_death_requeues_the_job_and_it_runs_again(multihost_cluster):
     c = multihost_cluster
     j = c.submit(HOST_DEATH_SCRIPT, "-N", "2", "--ntasks-per-node=1", "--requeue", "--open-mode=append",
