@@ -28,9 +28,10 @@ echo "BATCH_START $(date +%s.%N)"
 export OMP_NUM_THREADS=1
 MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 PORT=$((29400 + SLURM_JOB_ID % 500))
+mkdir -p "ranks-$SLURM_JOB_ID"
 srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
   --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
-  --max-restarts=0 {WORKER}
+  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
 """
 
 def measure(cluster, nodes: int, nproc_per_node: int) -> dict:
@@ -43,7 +44,7 @@ def measure(cluster, nodes: int, nproc_per_node: int) -> dict:
     out = cluster.output(j, f"rdzv{nodes}")
     if info["JobState"] != "COMPLETED":
         raise RuntimeError(f"job {j} on {nodes} host(s): {info['JobState']}\n{out}")
-    ranks = [json.loads(l[len("RANK "):]) for l in out.splitlines() if l.startswith("RANK ")]
+    ranks = [json.loads(f.read_text()) for f in (cluster.root / "jobs" / f"ranks-{j}").glob("rank-*.json")]
     world = nodes * nproc_per_node
     hosts = sorted({r["host"] for r in ranks})
     if len(ranks) != world or {r["sum"] for r in ranks} != {world * (world + 1) / 2} or len(hosts) != nodes:

@@ -391,8 +391,8 @@ class MultiHostSlurm:
         ctld = self.procs.get("slurmctld")
         if self.conf is not None and ctld is not None and ctld.poll() is None:
             self.client("scancel", "--full", "--user", str(os.getuid()), check=False)
-            end = time.monotonic() + 15
-            while time.monotonic() < end and self.client("squeue", "-h", check=False).stdout.strip():
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.client("squeue", "-h", check=False).stdout.strip():
                 time.sleep(0.3)
         def end(p: subprocess.Popen, sig: str):
             if p.poll() is None:
@@ -408,7 +408,6 @@ class MultiHostSlurm:
         for link in reversed(self.links): self._ip("link", "del", link, check=False)
         self.links.clear()
         for name in [n for n in self.procs if n.startswith("machine-")]: end(self.procs[name], "KILL")
-        self.procs.clear()
 
     def leftovers(self) -> list[str]:
         "What of this cluster still exists (links, live processes, processes on its hosts): empty after stop()."

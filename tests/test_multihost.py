@@ -15,9 +15,10 @@ pytest_plugins = ["multihost_fixture"]
 
 WORKER = ROOT / "tests" / "rendezvous_worker.py"
 
-def ranks(output: str) -> list[dict]:
-    "The JSON lines the ranks of tests/rendezvous_worker.py printed into a job's output."
-    return [json.loads(l[len("RANK "):]) for l in output.splitlines() if l.startswith("RANK ")]
+def ranks(cluster, job: str) -> list[dict]:
+    "What each rank of tests/rendezvous_worker.py reported in `job` (its ranks-JOB folder), by rank."
+    files = sorted((cluster.root / "jobs" / f"ranks-{job}").glob("rank-*.json"))
+    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
 
 def torchrun_script(nodes: int, nproc_per_node: int) -> str:
     "A batch script: one torchrun a host (srun), c10d rendezvous at the first host, the rendezvous worker."
@@ -25,9 +26,10 @@ def torchrun_script(nodes: int, nproc_per_node: int) -> str:
 export OMP_NUM_THREADS=1
 MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 PORT=$((29400 + SLURM_JOB_ID % 500))
+mkdir -p "ranks-$SLURM_JOB_ID"
 srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
   --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
-  --max-restarts=0 {WORKER}
+  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
 """
 
 # ---------------------------------------------------------------- the cluster itself
@@ -101,7 +103,7 @@ def test_torchrun_rendezvous_across_two_hosts(multihost_cluster):
     info = c.wait_job(j, timeout=300)
     out = c.output(j, "rdzv")
     assert info["JobState"] == "COMPLETED", out
-    got = ranks(out)
+    got = ranks(c, j)
     assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["world_size"] for r in got} == {4}
     assert {r["sum"] for r in got} == {10.0}                       # 1 + 2 + 3 + 4
     assert collections.Counter(r["host"] for r in got) == {"h1": 2, "h2": 2}
