@@ -269,12 +269,12 @@ class MultiHostSlurm:
                                f"--log-file={r}/log/munged.log", f"--seed-file={r}/munge/munged.seed"])
         self._wait("the munge socket", sock.exists, 15)
         self._make_network()
-        lo = slurm_local._free_port()
+        lo = slurm_local.free_port()
         nodes = "\n".join(f"NodeName={h} NodeAddr={a} CPUs={self.cpus_per_host} RealMemory=4000 State=UNKNOWN"
                           for h, a in self.addresses.items())
         self.conf = r / "slurm.conf"
         self.conf.write_text(CONF.format(n=len(self.hosts), tag=self.tag, net=self.net, root=r,
-                                         ctld_port=slurm_local._free_port(), slurmd_port=SLURMD_PORT,
+                                         ctld_port=slurm_local.free_port(), slurmd_port=SLURMD_PORT,
                                          srun_lo=lo, srun_hi=lo + 50 if lo + 50 < 65535 else lo,
                                          slurmd_timeout=self.slurmd_timeout, nodes=nodes))
         # slurmctld must see its own name as SlurmctldHost: a UTS namespace whose hostname is ctl

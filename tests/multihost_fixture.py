@@ -1,7 +1,7 @@
 """pytest plugin: the `multihost_cluster` session fixture (a real Slurm of namespace hosts), the `slow` marker.
 
-Loaded by `pytest_plugins = ["multihost_fixture"]` in a test module (tests/test_multihost.py) or in conftest.py
-(there it also registers `slow` before test modules are imported, so `@pytest.mark.slow` gives no warning).
+Loaded by `pytest_plugins = ["multihost_fixture"]` in tests/conftest.py (so every test module can use the one
+session cluster, and `slow` is registered before test modules are imported).
 The cluster has 2 hosts; a test asks for another number with
 `@pytest.mark.parametrize("multihost_cluster", [3], indirect=True)` (one cluster per host count and session).
 It skips, with the reason, where the machine cannot make namespaces (not root, no unshare/nsenter/ip).

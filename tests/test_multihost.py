@@ -11,7 +11,6 @@ import pytest
 from conftest import ROOT
 import multihost
 
-pytest_plugins = ["multihost_fixture"]
 
 WORKER = ROOT / "tests" / "rendezvous_worker.py"
 
