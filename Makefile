@@ -1,4 +1,5 @@
-# The two ways in: `make demo` and `make test`. Both set up .venv from the pinned environment when needed.
+# The two ways in: `make demo` and `make test` (`make test-fast` while working). Each sets up .venv from the pinned
+# environment when needed.
 SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
@@ -7,7 +8,7 @@ STAMP := $(VENV)/.mtnlg-installed
 BUILD := .build
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: demo test lab env check-sync check-clean pytest readme export clean-build docs outputs check-outputs
+.PHONY: demo test test-fast lab env check-sync check-clean pytest readme export clean-build docs outputs check-outputs
 
 env: $(STAMP)
 
@@ -26,6 +27,11 @@ demo: $(STAMP)
 	$(VENV)/bin/mtnlg demo
 
 test: $(STAMP) check-sync check-clean pytest
+
+# The fast tier while working: the checks above, unit tests and one small multi-process run (tests/test_small_run.py),
+# every test not marked `slow` (under 5 minutes on 2 cores); `make test` runs everything, as CI does.
+test-fast: $(STAMP) check-sync check-clean
+	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
 
 # (1) the library must be exactly what the notebooks export
 check-sync: $(STAMP)

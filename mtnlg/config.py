@@ -202,14 +202,15 @@ PRESETS: dict[str, dict] = {
                  optim=dict(lr=1e-3, global_batch=16, warmup_tokens=2048, decay_tokens=200_000,
                             rampup_batch_start=0, rampup_tokens=0),
                  precision="fp32", steps=20),
-    # `make demo`: the paper's recipe in miniature (warm-up, cosine, batch ramp-up 8 -> 12 -> 16) on 8 CPU processes;
-    # 240 steps, 437K tokens, sized to fit `make demo` in 15 minutes on 2 cores (benchmarks/demo_time.py)
-    "demo": dict(model=dict(num_layers=4, hidden_size=128, num_heads=4, seq_length=128, hidden_dropout=0.0,
+    # `make demo`: the paper's recipe in miniature (warm-up, cosine, batch ramp-up 2 -> 4 -> 6) on 8 CPU processes;
+    # a 768-token window, so 5-shot LAMBADA/PIQA/HellaSwag prompts fit whole; 100 steps, 407K tokens, sized to fit
+    # `make demo` in 12 minutes on 2 cores (benchmarks/demo_time.py)
+    "demo": dict(model=dict(num_layers=4, hidden_size=128, num_heads=4, seq_length=768, hidden_dropout=0.0,
                             attention_dropout=0.0),
-                 parallel=dict(tp=2, pp=2, dp=2, micro_batch=2),
-                 optim=dict(lr=2e-3, global_batch=16, warmup_tokens=20_000, decay_tokens=440_000,
-                            rampup_batch_start=8, rampup_batch_increment=4, rampup_tokens=80_000),
-                 precision="bf16", steps=240, eval_interval=20, eval_batches=2, save_interval=80),
+                 parallel=dict(tp=2, pp=2, dp=2, micro_batch=1),
+                 optim=dict(lr=2e-3, global_batch=6, warmup_tokens=20_000, decay_tokens=440_000,
+                            rampup_batch_start=2, rampup_batch_increment=2, rampup_tokens=40_000),
+                 precision="bf16", steps=100, eval_interval=10, eval_batches=2, save_interval=40),
     "gpt3-1.3b": _gpt3(24, 2048, 16, 2e-4, 512),
     "gpt3-175b": _gpt3(96, 12288, 96, 0.6e-4, 1536),
     "mtnlg-530b": dict(model=dict(num_layers=105, hidden_size=20480, num_heads=128, seq_length=2048, vocab_size=50257),

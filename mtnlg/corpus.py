@@ -4,7 +4,8 @@
 
 # %% ../nbs/05d_corpus.ipynb #010d8944
 from __future__ import annotations
-import dataclasses, gzip, hashlib, html, json, re, shutil, subprocess, sys, tarfile, tempfile, time
+import dataclasses, functools, gzip, hashlib, html, json, random, re, shutil, subprocess, sys, tarfile, tempfile
+import time
 from pathlib import Path
 import numpy as np
 from .config import DataError, DataConfig, atomic_file, atomic_path, atomic_write_text, cache_root
@@ -15,11 +16,16 @@ from .indexed import (BlendEntry, blend_table, build_datasets, indexed_stats, lo
 from .curation import CurationRun, curate_run, stage_table
 
 # %% auto #0
-__all__ = ['DEMO_WEIGHTS', 'fetch_demo_sources', 'demo_quality_classifier', 'prepare_demo_corpus', 'planted_corpus', 'near_chain',
-           'cli_parser', 'cli_run']
+__all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE', 'fetch_demo_sources', 'demo_quality_classifier',
+           'prepare_demo_corpus', 'planted_corpus', 'near_chain', 'cli_parser', 'cli_run']
 
 # %% ../nbs/05d_corpus.ipynb #6ed4f3da
 DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "foldoc": 0.25, "pydocs": 0.2, "pyweb": 0.1}
+# a source whose documents changed: its cached file and every cached demo blend are made again
+SOURCE_VERSIONS = {"pyweb": 2}
+DEMO_CORPUS_VERSION = 2
+# sections of the Python HTML docs written to be read through (the classifier's good web pages)
+NARRATIVE = ("tutorial", "howto", "faq", "whatsnew", "using", "installing", "distributing")
 
 def _write_jsonl(path, texts):
     "Write texts as {'text'} lines atomically; returns the count."
@@ -99,11 +105,19 @@ def _fetch_pydocs(raw):
     for p in sorted(d.glob("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")):
         yield p.read_text(encoding="utf-8", errors="replace")
 
+@functools.lru_cache(maxsize=2)
+def _pyweb_pages(raw: Path) -> tuple[list, list]:
+    "(blended, held-out) (page, text) pairs: every other HTML page of the Python docs with 200+ characters."
+    d = _apt_extract("python3.11-doc", raw / "python3.11-doc") / "usr/share/doc/python3.11/html"
+    pages = [(p.relative_to(d).as_posix(), html_to_text(p.read_text(encoding="utf-8", errors="replace")))
+             for p in sorted(d.glob("**/*.html"))]
+    pages = [(name, t) for name, t in pages if len(t) >= 200]
+    return pages[0::2], pages[1::2]
+
 def _fetch_pyweb(raw):
-    d = _apt_extract("python3.11-doc", raw / "python3.11-doc")
-    pages = sorted(d.glob("usr/share/doc/python3.11/html/**/*.html"))
-    for p in pages[::-1]:                             # from the end: other pages than pydocs' first ones
-        yield html_to_text(p.read_text(encoding="utf-8", errors="replace"))
+    pages = list(_pyweb_pages(raw)[0])
+    random.Random(0).shuffle(pages)                   # the size cap keeps a sample of every section
+    for _, t in pages: yield t
 
 _DEMO_FETCH = {"stdlib": _fetch_stdlib, "shakespeare": _fetch_shakespeare, "foldoc": _fetch_foldoc,
                "pydocs": _fetch_pydocs, "pyweb": _fetch_pyweb}
@@ -117,23 +131,31 @@ def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_
     out = []
     for name in names or list(_DEMO_FETCH):
         if name not in _DEMO_FETCH: raise DataError(f"demo source {name!r}: known: {', '.join(_DEMO_FETCH)}")
-        path = src_dir / f"{name}-{max_docs}-{max_bytes}.jsonl"
+        version = f"-v{SOURCE_VERSIONS[name]}" if name in SOURCE_VERSIONS else ""
+        path = src_dir / f"{name}{version}-{max_docs}-{max_bytes}.jsonl"
         if not path.exists():
             t0 = time.time(); n = _write_jsonl(path, _capped(_DEMO_FETCH[name](raw), max_docs, max_bytes))
             if log: log(f"fetched demo source {name}: {n} documents ({time.time() - t0:.1f}s) -> {path}")
         out.append(Source(name, str(path), quality_filter=(name == "pyweb")))
     return out
 
-def demo_quality_classifier(sources: list[Source], n: int = 300) -> QualityClassifier:
-    "The demo classifier: Gutenberg plays and FOLDOC entries (good) vs HTML-stripped web pages (web)."
+def _pieces(texts, k: int) -> list[str]:
+    "Up to `k` pieces of 3,000 characters, at most 10 from each text."
+    out = []
+    for t in texts:
+        out += [t[i:i + 3000] for i in range(0, min(len(t), 30_000), 3000)]
+        if len(out) >= k: break
+    return out[:k]
+
+def demo_quality_classifier(sources: list[Source], cache_dir=None, n: int = 300) -> QualityClassifier:
+    "Shakespeare, FOLDOC, held-out narrative pages (good) vs held-out reference pages (web): never `pyweb`'s own."
     by = {s.name: s for s in sources}
-    def texts(name, k):
-        out = []
-        for d in read_documents(by[name], on_error="skip"):
-            t = d["text"]; out += [t[i:i + 3000] for i in range(0, min(len(t), 30_000), 3000)]
-            if len(out) >= k: break
-        return out[:k]
-    return QualityClassifier().fit(texts("shakespeare", n // 2) + texts("foldoc", n // 2), texts("pyweb", n))
+    docs = lambda name: (d["text"] for d in read_documents(by[name], on_error="skip"))
+    held = _pyweb_pages(cache_root(cache_dir) / "sources" / "raw")[1]
+    read = [t for page, t in held if page.split("/")[0] in NARRATIVE]
+    reference = [t for page, t in held if page.split("/")[0] not in NARRATIVE]
+    good = _pieces(docs("shakespeare"), n // 3) + _pieces(docs("foldoc"), n // 3) + _pieces(read, n // 3)
+    return QualityClassifier().fit(good, _pieces(reference, n))
 
 # %% ../nbs/05d_corpus.ipynb #efc4ab72
 def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Source] = (),
@@ -142,15 +164,15 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
     "Fetch, curate, tokenize and blend the demo corpus; returns the blend spec path (cached)."
     root = cache_root(cache_dir)
     extra = [s.validate() for s in extra_sources]
-    key = hashlib.md5(json.dumps([max_docs, max_bytes, tokenizer, str(eval_dir), weights,
+    key = hashlib.md5(json.dumps([DEMO_CORPUS_VERSION, max_docs, max_bytes, tokenizer, str(eval_dir), weights,
                                   [dataclasses.asdict(s) for s in extra]],
                                  sort_keys=True).encode()).hexdigest()[:10]
     out = root / "demo" / key; spec = out / "blend.json"
     if spec.exists(): return spec
     t0 = time.time()
     sources = fetch_demo_sources(root, max_docs, max_bytes, log=log) + extra
-    qc = demo_quality_classifier(sources)
-    if log: log(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
+    qc = demo_quality_classifier(sources, root)
+    if log: log(f"quality classifier (pages held out of the blend): test accuracy {qc.heldout_accuracy:.3f}")
     run = CurationRun(sources, str(out / "curation"), tasks=workers,
                       eval_dir=str(eval_dir) if eval_dir else None, on_error="replace", tokenizer=tokenizer,
                       cache_dir=str(root))
@@ -159,6 +181,11 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
         if "holds another curation run" not in str(e): raise
         shutil.rmtree(out / "curation")                                  # an older demo's curation: start over
         report = curate_run(run, qc, workers=workers, log=log)
+    for s in sources:
+        q = report["sources"][s.name]
+        if log and q["scored"]:
+            log(f"quality filter: {s.name}: {q['low_quality']} of {q['scored']} documents removed "
+                f"({q['low_quality'] / q['scored']:.0%}), {q['scored'] - q['low_quality']} kept")
     w = {**DEMO_WEIGHTS, **{s.name: 0.1 for s in extra}, **(weights or {})}
     entries = []
     for s in sources:
@@ -176,10 +203,10 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
 def _slices(text: str, size: int, n: int, skip: int) -> list[str]:
     return [text[skip + i * size: skip + (i + 1) * size] for i in range(n)]
 
-def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]:
-    "Three sources of real text from `shared`/corpus with planted duplicates, bad pages and eval passages."
+def planted_corpus(root, data) -> tuple[list[Source], QualityClassifier, dict]:
+    "Three sources of real text from `data`/corpus with planted duplicates, bad pages and eval passages."
     import html as _h
-    root, c = Path(root), Path(shared) / "corpus"
+    root, c = Path(root), Path(data) / "corpus"
     (root / "books").mkdir(parents=True, exist_ok=True)
     jl = lambda p, ts: atomic_write_text(p, "".join(json.dumps({"text": t}) + "\n" for t in ts))
     book = lambda f, n=20, size=3000, skip=5000: _slices((c / "gutenberg" / f).read_text(), size, n, skip)
@@ -197,7 +224,7 @@ def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]
     exact = "  " + a[7].upper().replace(" ", "   ") + "\n"                 # a book page, other case and spacing
     good = book("austen-emma.txt", 4)                                      # web pages that are good prose
     jl(root / "web.jsonl", low[:6] + [exact] + good[:2] + [near] + low[6:] + good[2:])
-    ev = Path(shared) / "eval"
+    ev = Path(data) / "eval"
     lam = json.loads((ev / "lambada/lambada_test.jsonl").open().readline())["text"]
     wic = [l.split("\t")[3] for l in (ev / "wic/dev.data.txt").read_text().split("\n") if l.count("\t") >= 4]
     short = next(t for t in wic if 8 <= len(re.findall(r"\w+", t)) < 13)  # WiC: Megatron's short rule
@@ -209,9 +236,9 @@ def planted_corpus(root, shared) -> tuple[list[Source], QualityClassifier, dict]
     return srcs, qc, {"exact": exact, "near": near, "low": low, "lambada": lam, "short": short}
 
 # %% ../nbs/05d_corpus.ipynb #92190e6c
-def near_chain(shared, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]:
+def near_chain(data, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]:
     "Three book pages A, B, C: C is a near-duplicate of A and of B (Jaccard ~0.86), A and B are not (~0.73)."
-    book = (Path(shared) / "corpus/gutenberg/austen-persuasion.txt").read_text()
+    book = (Path(data) / "corpus/gutenberg/austen-persuasion.txt").read_text()
     a = clean_text(book[skip:skip + 3000]).split()
     c = list(a)
     c[::step] = ["Y"] * len(c[::step])             # C: one word in `step` changed

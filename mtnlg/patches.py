@@ -12,7 +12,7 @@ from importlib.metadata import version as installed_version
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
-           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'load_lm_eval_yaml', 'quiet_lm_eval_run']
+           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -212,3 +212,16 @@ def quiet_lm_eval_run():
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", no_bar), patch.object(lm_eval.api.task, "tqdm", no_bar):
         yield
+
+# %% ../nbs/00b_patches.ipynb #a28d0c02
+@_registered("datasets", "5.2.0", ["datasets.config:HF_HUB_OFFLINE"],
+             "offline mode is read from the environment at import; no public switch for one load")
+@contextlib.contextmanager
+def datasets_offline():
+    "Inside the block `datasets` loads from its cache only, as under HF_HUB_OFFLINE=1."
+    import datasets.config
+    before = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = True
+    try: yield
+    finally: datasets.config.HF_HUB_OFFLINE = before
+

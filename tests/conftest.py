@@ -7,7 +7,8 @@ import pytest
 pytest_plugins = ["multihost_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MTNLG_SHARED", ROOT.parent / "shared"))
+# The committed fixtures (tests/data/README.md: sources, subsets, licences): the tests read nothing beside the repo.
+DATA = ROOT / "tests" / "data"
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
@@ -39,11 +40,9 @@ def free_port_block(n: int) -> int:
     raise RuntimeError(f"no {n} consecutive free ports in 15000-30000")
 
 @pytest.fixture(scope="session")
-def shared_data():
-    "Path to ../shared/data (real corpora and evaluation sets)."
-    d = SHARED / "data"
-    if not d.exists(): pytest.fail(f"{d} is missing: put the shared data folder beside the repo or set MTNLG_SHARED")
-    return d
+def fixture_data():
+    "tests/data: evaluation sets in their official layouts (eval/) and real text (corpus/), committed."
+    return DATA
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +57,9 @@ def slurm_cluster(tmp_path_factory):
 
 
 def pytest_configure(config):
-    "Each session its own temp root: pytest prunes all but the 3 newest `pytest-N` folders, including a running one's."
+    "The `slow` marker; each session its own temp root (pytest prunes all but the 3 newest, a running one's too)."
+    config.addinivalue_line("markers", "slow: multi-process launches, notebooks, the demo, the docs site, the wheel "
+                                       "(`make test` runs them; `make test-fast` leaves them out)")
     if not config.option.basetemp:
         import tempfile
         config.option.basetemp = tempfile.mkdtemp(prefix="mtnlg-pytest-")

@@ -20,13 +20,15 @@ from mtnlg import indexed as IX
 from conftest import ROOT
 from subworld import launch
 
+pytestmark = pytest.mark.slow      # 8-process training launches
+
 ALLOWANCE = 64 * 2 ** 20         # bytes a rank may use above its own sizes (DCP's plans, buffers, allocator slack)
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data):
+def corpus(tmp_path_factory, fixture_data):
     d = tmp_path_factory.mktemp("corpus")
-    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    src = D.Source("shakespeare", str(fixture_data / "corpus/tinyshakespeare/input.txt"), split="blank")
     IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 

@@ -1,11 +1,16 @@
-"""A shortened `make demo` end to end: interrupted with Ctrl-C during training, rerun to the end, rerun from caches."""
+"""A shortened `make demo` end to end: interrupted with Ctrl-C during training, rerun to the end, rerun from caches;
+every stage shows its effect (the quality filter removes part of the web source, 5-shot prompts fit the window)."""
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
+import pytest
 from mtnlg.train import read_metrics
 
+pytestmark = pytest.mark.slow      # a shortened `make demo`, 8 training processes
+
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
-ARGS = ["demo", "--steps", "40", "--eval-limit", "20", "--shots", "0,1"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1")
+ARGS = ["demo", "--steps", "40", "--eval-limit", "20", "--shots", "0,5"]
+# the committed evaluation sets: nothing fetched, and curation decontaminates against them
+ENV = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_EVAL_DATA=str(Path(__file__).parent / "data" / "eval"))
 
 
 def demo(out, timeout=900):
@@ -14,7 +19,7 @@ def demo(out, timeout=900):
     return p.stdout + p.stderr
 
 
-def test_short_demo_end_to_end(tmp_path, shared_data):
+def test_short_demo_end_to_end(tmp_path, fixture_data):
     out = tmp_path / "demo"
     # 1. Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of training
     p = subprocess.Popen([MTNLG, *ARGS, "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -36,7 +41,11 @@ def test_short_demo_end_to_end(tmp_path, shared_data):
     cfg = json.loads((out / "train" / "config.json").read_text())
     assert (cfg["parallel"]["tp"], cfg["parallel"]["pp"], cfg["parallel"]["dp"], cfg["precision"]) == (2, 2, 2, "bf16")
     results = json.loads((Path(s["eval_dir"]) / "results.json").read_text())
-    assert {(r["task"], r["shots"]) for r in results} == {(t, k) for t in ("lambada", "piqa", "hellaswag") for k in (0, 1)}
+    assert {(r["task"], r["shots"]) for r in results} == {(t, k) for t in ("lambada", "piqa", "hellaswag") for k in (0, 5)}
+    for r in results:                    # few-shot columns are few-shot: every prompt fits, no shot dropped
+        assert r["window"]["docs_over_window"] == 0 and r["window"]["shots_dropped_max"] == 0, r
+    web = json.loads((Path(s["blend"]).parent / "report.json").read_text())["sources"]["pyweb"]
+    assert 0 < web["low_quality"] < web["scored"] and web["docs_out"] > 0      # the filter removes some, not all
     nb = json.loads((out / "12_demo_report.ipynb").read_text())
     assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     for png in ("blend", "curation", "memory", "training", "throughput", "eval"):

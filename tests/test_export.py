@@ -11,8 +11,8 @@ from mtnlg.topology import init_distributed
 
 
 @pytest.fixture(scope="module")
-def text_ids(shared_data):
-    text = (shared_data / "corpus" / "gutenberg" / "melville-moby_dick.txt").read_text()[10000:20000]
+def text_ids(fixture_data):
+    text = (fixture_data / "corpus" / "gutenberg" / "melville-moby_dick.txt").read_text()[10000:20000]
     ids = get_tokenizer("gpt2").tokenize(text)
     return torch.tensor([ids[:96], ids[96:192]])
 

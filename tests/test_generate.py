@@ -11,6 +11,8 @@ from conftest import ROOT, LAUNCHER_VARS
 sys.path.insert(0, str(ROOT / "tests"))
 import generate_worker as W
 
+pytestmark = pytest.mark.slow      # a training run, then 4-process decoding
+
 
 def _env():
     return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}

@@ -145,6 +145,7 @@ def jobs(slurm, tmp_path_factory):
 def metrics_of(run_dir):
     return json.loads((run_dir / "metrics.json").read_text())
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["torchrun", "srun"])
 def test_slurm_job_runs_notebook_with_gloo_through_srun(jobs, mode):
     job, rd = jobs[mode]
@@ -162,6 +163,7 @@ def test_slurm_job_runs_notebook_with_gloo_through_srun(jobs, mode):
     assert procids == (["0", "1"] if mode == "srun" else ["0", "0"])  # 2 srun tasks, or 1 task running torchrun
     assert f"mtnlg job {job} on localhost, restart 0, resume=False" in (rd / f"slurm-{job}.out").read_text()
 
+@pytest.mark.slow
 def test_slurm_failing_notebook_ends_failed_with_error_in_notebook(jobs):
     job, rd = jobs["fail"]
     info = wait_job(job, timeout=180)
@@ -173,6 +175,7 @@ def test_slurm_failing_notebook_ends_failed_with_error_in_notebook(jobs):
     log = mtnlg("job", "logs", job, "-n", "5")
     assert log.returncode == 0 and "FAILED" in log.stdout and "deliberate failure" in log.stdout
 
+@pytest.mark.slow
 def test_slurm_status_and_cancel(jobs, tmp_path):
     job, _ = jobs["torchrun"]
     wait_job(job, timeout=180)
@@ -186,6 +189,7 @@ def test_slurm_status_and_cancel(jobs, tmp_path):
     w = mtnlg("job", "status", long, "--wait")
     assert w.returncode == 1 and "CANCELLED" in w.stdout
 
+@pytest.mark.slow
 def test_slurm_requeued_job_resumes(jobs, tmp_path):
     "A requeueable job signalled as at its time limit requeues itself and runs again with resume=True."
     job, rd = submit(tmp_path, "requeue", "--requeue", "--cpus-per-task", "2", "-p", "nprocs", "2", "-p", "wait_s", "120")
@@ -203,6 +207,7 @@ def test_slurm_requeued_job_resumes(jobs, tmp_path):
     assert "resume = False" in first.read_text() and "resume = True" in second.read_text()
     assert "resume: True" in second.read_text() and metrics_of(rd)["allreduce_sum"] == 3.0
 
+@pytest.mark.slow
 def test_slurm_training_notebook_job(jobs):
     "The training notebook as a Slurm job: 2 srun tasks train TP2 in bf16, checkpoint, and plot."
     job, rd = jobs["train"]

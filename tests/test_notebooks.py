@@ -2,6 +2,8 @@
 import pytest
 from conftest import ROOT, run_notebook_tests
 
+pytestmark = pytest.mark.slow      # every notebook, each in a fresh process: about 10 minutes
+
 # The demo report reads a finished demo run: tests/test_demo.py executes it with papermill after a real demo.
 EXECUTED_ELSEWHERE = {"12_demo_report"}
 NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("*.ipynb") if p.stem not in EXECUTED_ELSEWHERE)

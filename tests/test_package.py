@@ -8,7 +8,7 @@ import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from conftest import ROOT, SHARED
+from conftest import ROOT
 
 # Imports that need a distribution other than the one that owns the module's top-level package.
 INDIRECT = {"torch.utils.tensorboard": "tensorboard"}
@@ -177,7 +177,8 @@ def _venv_env(venv):
     env["PATH"] = f"{venv / 'bin'}:" + ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
     return dict(env, OMP_NUM_THREADS="1")
 
-def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, shared_data):
+@pytest.mark.slow
+def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_data):
     env, cwd, exe = _venv_env(fresh_venv), tmp_path, fresh_venv / "bin" / "mtnlg"
     p = _run([fresh_venv / "bin/python", "-c", "import mtnlg, mtnlg.data, mtnlg.train; print(mtnlg.__file__)"],
              cwd=cwd, env=env)
@@ -188,7 +189,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, shared_da
                  timeout=600),
             _run([exe, "export", "--checkpoint", "run", "--out", "hf"], cwd=cwd, env=env, timeout=600),
             _run([exe, "eval", "--checkpoint", "run", "--tasks", "lambada", "--shots", "0", "--limit", "4",
-                  "--data", shared_data / "eval", "--verbose"], cwd=cwd, env=env, timeout=600)]
+                  "--data", fixture_data / "eval", "--verbose"], cwd=cwd, env=env, timeout=600)]
     assert (cwd / "hf" / "config.json").exists()
     assert re.search(r"lambada", runs[2].stdout + runs[2].stderr, re.I)
     for p in runs[:2]: assert WARNING not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]   # quiet by default

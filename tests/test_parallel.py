@@ -54,6 +54,7 @@ def results(tmp_path_factory):
 def _rel(a, b): return abs(a - b) / abs(b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, j in JOBS.items() if j[4] and not n.startswith("bf16")])
 def test_fp32_layout_matches_one_process(results, name):
     "Loss and global gradient norm for 5 steps equal the 1-process GPT run within 1e-5 relative."
@@ -65,6 +66,7 @@ def test_fp32_layout_matches_one_process(results, name):
     assert max(ref["gnorm"]) > 1.0, "clipping (max norm 1.0) must be active for the comparison to test it"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in JOBS if n.startswith("bf16")])
 def test_bf16_within_tolerance(results, name):
     "bf16 (fp32 master weights) stays within the documented tolerance of the fp32 reference."
@@ -74,12 +76,14 @@ def test_bf16_within_tolerance(results, name):
     assert len(got["loss"]) == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, j in JOBS.items() if j[4]])
 def test_sharded_init_is_layout_independent(results, name):
     "Every rank's own init slices (drawn tile by tile, never the full tensors) equal the slices of the full init."
     assert results[name]["roundtrip_bad"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["t2p2d2_z1", "t1p4d1_uneven", "t2p1d1", "t1p2d1_untied"])
 def test_eval_logprobs_match(results, name):
     "Log-probabilities and greedy tokens from the last stage equal the 1-process model's."
@@ -89,6 +93,7 @@ def test_eval_logprobs_match(results, name):
     assert max(abs(a - b) for a, b in zip(flat(got["eval_logp"]), flat(ref["eval_logp"]))) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, j in JOBS.items() if j[4] and not n.startswith("bf16")])
 def test_pipeline_scorer_matches_one_process(results, name):
     "Evaluation through `pipeline_scorer` on the layout (every rank gets the last stage's answer) equals the 1-process GPT's."

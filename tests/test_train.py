@@ -32,10 +32,10 @@ def losses(run, key="loss"): return [r[key] for r in read_metrics(run)]
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, shared_data):
+def corpus(tmp_path_factory, fixture_data):
     "Tiny Shakespeare, paragraphs as documents, GPT-2 BPE, as a megatron-core indexed dataset prefix."
     d = tmp_path_factory.mktemp("corpus")
-    src = D.Source("shakespeare", str(shared_data / "corpus/tinyshakespeare/input.txt"), split="blank")
+    src = D.Source("shakespeare", str(fixture_data / "corpus/tinyshakespeare/input.txt"), split="blank")
     IX.tokenize_to_indexed([src], d / "shakespeare", workers=1, log=None)
     return str(d / "shakespeare")
 
@@ -49,6 +49,7 @@ def runs(tmp_path_factory, corpus):
     return root
 
 
+@pytest.mark.slow
 def test_3d_fp32_trains_like_one_process(runs):
     ref, par = read_metrics(runs / "ref"), read_metrics(runs / "3d")
     assert [r["step"] for r in par] == list(range(1, STEPS + 1))
@@ -64,6 +65,7 @@ def test_3d_fp32_trains_like_one_process(runs):
     assert json.loads((ck / "train_state.json").read_text())["consumed_samples"] == STEPS * 16
 
 
+@pytest.mark.slow
 def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
     "`compile=true` (torch.compile of every block, the GPU speed path) runs through the same engine, same numbers."
     p = train(tmp_path / "c", "--data", corpus, "--precision", "fp32", "--steps", "2", "--set", "compile=true")
@@ -72,6 +74,7 @@ def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
     assert json.loads((tmp_path / "c" / "config.json").read_text())["compile"] is True
 
 
+@pytest.mark.slow
 def test_resume_at_new_layout_continues_the_run(runs, corpus, tmp_path):
     "TP2 x PP2 x DP2 checkpoint of step 4 (ZeRO-1 shards, TP slices, pipeline stages) -> 1 process."
     run = tmp_path / "moved"
@@ -83,6 +86,7 @@ def test_resume_at_new_layout_continues_the_run(runs, corpus, tmp_path):
     assert losses(run, "grad_norm")[SAVE:] == pytest.approx(losses(runs / "ref", "grad_norm")[SAVE:], rel=2e-4)
 
 
+@pytest.mark.slow
 def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, corpus, tmp_path):
     "SIGKILL of rank 5 while it writes the step-8 checkpoint: a clear error, step 4 stays latest, --resume is exact."
     run = tmp_path / "killed"
@@ -102,7 +106,8 @@ def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, corpus, tmp_path
     assert (partial / "COMPLETE").exists()                               # the partial folder: removed, then rewritten
 
 
-def test_readme_relayout_then_eval_and_export(runs, tmp_path):
+@pytest.mark.slow
+def test_readme_relayout_then_eval_and_export(runs, tmp_path, fixture_data):
     "The README's resume at a new layout with only the changed flags; then `mtnlg eval --tp 2` and `mtnlg export`."
     run = tmp_path / "moved"
     shutil.copytree(runs / "3d", run)
@@ -113,7 +118,7 @@ def test_readme_relayout_then_eval_and_export(runs, tmp_path):
     cfg = json.loads((run / "config.json").read_text())
     assert (cfg["seed"], cfg["steps"], cfg["parallel"]["tp"], cfg["parallel"]["dp"], cfg["optim"]["lr"]) == (1234, 10, 2, 1, 2e-3)
     assert [m["step"] for m in read_metrics(run)] == list(range(1, 11))
-    hf, data = tmp_path / "hf", ROOT.parent / "shared" / "data" / "eval"
+    hf, data = tmp_path / "hf", fixture_data / "eval"
     assert subprocess.run([MTNLG, "export", "--checkpoint", str(run), "--out", str(hf), "--dtype", "fp32"],
                           capture_output=True, env=e, timeout=300).returncode == 0
     flags = ["--tasks", "lambada", "--shots", "0", "--limit", "4", "--data", str(data), "--json"]
@@ -133,6 +138,7 @@ def bf16_run(tmp_path_factory, corpus):
     return run
 
 
+@pytest.mark.slow
 def test_bf16_3d_loss_falls_and_nonfinite_step_is_skipped(bf16_run, runs):
     m = read_metrics(bf16_run)
     assert [r["step"] for r in m] == list(range(1, 13))
@@ -143,6 +149,7 @@ def test_bf16_3d_loss_falls_and_nonfinite_step_is_skipped(bf16_run, runs):
     assert [r["loss"] for r in m[:2]] == pytest.approx(losses(runs / "ref")[:2], rel=2e-2)
 
 
+@pytest.mark.slow
 def test_bf16_resume_at_new_layout(bf16_run, corpus, tmp_path):
     "The fp32 master weights and Adam moments of a bf16 TP2 x PP2 x DP2 run carry over to one process."
     run = tmp_path / "bf16-moved"
@@ -152,6 +159,7 @@ def test_bf16_resume_at_new_layout(bf16_run, corpus, tmp_path):
     assert losses(run)[8:] == pytest.approx(losses(bf16_run)[8:], rel=1e-2)
 
 
+@pytest.mark.slow
 def test_nonfinite_steps_in_a_row_abort(corpus, tmp_path):
     p = train(tmp_path / "nan", "--data", corpus, "--set", "max_nonfinite=2", env={"MTNLG_INJECT_NONFINITE": "2,3"},
               check=False)
@@ -172,6 +180,7 @@ def test_bad_config_fails_before_any_process(tmp_path, args, msg):
     assert not (tmp_path / "bad").exists() and "torch.distributed.run" not in p.stderr
 
 
+@pytest.mark.slow
 def test_output_dir_holding_another_run_is_refused(runs, tmp_path):
     p = train(runs / "ref", "--data", "mock", check=False)
     assert p.returncode == 2 and "holds another run; pass --resume" in p.stderr
@@ -179,6 +188,7 @@ def test_output_dir_holding_another_run_is_refused(runs, tmp_path):
     assert p.returncode == 2 and "holds no run" in p.stderr
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_run_settings_and_refuses_recipe_changes(runs, corpus, tmp_path):
     "--resume starts from the run's saved config: flags not given keep the run's values; a recipe change is refused."
     import shutil
