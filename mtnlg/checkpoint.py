@@ -326,7 +326,7 @@ def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path
     sd = {f"model/{n}": Lazy(s, lambda n=n: tensor(n)) for n, s in full_shapes(cfg.model).items()}
     dcp.save(sd, storage_writer=FileSystemWriter(ck, sync_files=True, thread_count=1), planner=_SavePlanner(),
              no_dist=True)
-    st = dict(step=0, consumed_samples=0, tokens=0, skipped=0, layout=None, **(state or {}))
+    st = {**dict(step=0, consumed_samples=0, tokens=0, skipped=0, layout=None), **(state or {})}
     atomic_write_text(ck / "train_state.json", json.dumps(st, indent=1))
     save_config(cfg, ck / "config.json")
     atomic_write_text(ck / "COMPLETE", "")

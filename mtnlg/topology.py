@@ -4,12 +4,12 @@
 
 # %% ../nbs/02_topology.ipynb #6606f31b
 from __future__ import annotations
-import logging, os, socket, sys
+import json, logging, os, socket, sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .config import ConfigError, ParallelConfig, RunConfig
+from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text
 from . import patches
 
 # %% auto #0
@@ -266,6 +266,8 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
     except BaseException: shutdown(); raise           # leave no half-made groups behind
     if rank == 0 and len(set(topo.hosts)) > 1:               # a multi-host run says where its ranks are
         print(f"ranks on {len(set(topo.hosts))} hosts: {hosts_summary(topo.hosts)}", file=sys.stderr, flush=True)
+    if rank == 0 and env.get("MTNLG_HOSTS_FILE"):             # and records it where a job or a test asks
+        atomic_write_text(env["MTNLG_HOSTS_FILE"], json.dumps(list(topo.hosts)))
     _TOPO = topo
     return topo
 
