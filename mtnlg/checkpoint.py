@@ -631,5 +631,5 @@ def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path
              for n, s in full_shapes(cfg.model).items()]
     records = write_pieces(ck / "__0_0.distcp", items)
     fsync_dir(ck)
-    _commit(ck, records, dict(step=0, consumed_samples=0, tokens=0, skipped=0, **(state or {})), cfg, None)
+    _commit(ck, records, {**dict(step=0, consumed_samples=0, tokens=0, skipped=0), **(state or {})}, cfg, None)
     return ck

@@ -21,7 +21,7 @@ from .tasks import (TASKS, ENV_DATA, load_docs, parse_shots, parse_tasks, task_c
                          task_source, task_yaml)
 from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
                         run_tokenizer, tokenizer_identity)
-from .jobs import launch_ranks, rank_entry, under_launcher
+from .jobs import launch_ranks, place, rank_entry, under_launcher
 from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until, lm_eval_sampling
 
 # %% auto #0
@@ -653,9 +653,10 @@ def _rank_argv(args) -> list[str]:
 def _launch(args, names, ks) -> int:
     "Check the layout, run `python -m mtnlg.eval` on tp x pp x dp processes, print rank 0's results."
     _, ck = inference_config(args.checkpoint, args.tp, args.pp, dp=args.dp)   # a misfit fails before any process
-    out, n = _out_dir(args, ck), args.tp * args.pp * args.dp
+    placement = place(args.tp, args.pp, args.dp)                    # ranks in all, TP inside a node, or refused
+    out, n = _out_dir(args, ck), placement.ranks
     # --json: stdout keeps only the JSON
-    code = launch_ranks("mtnlg.eval", _rank_argv(args), n, stdout=sys.stderr if args.json else None).returncode
+    code = launch_ranks("mtnlg.eval", _rank_argv(args), placement, stdout=sys.stderr if args.json else None).returncode
     if code:
         print(f"mtnlg eval: the {n} evaluation processes failed (exit code {code}); the first error is "
               f"above. Finished (task, shots) pairs stay in {out}: rerun the same command to continue.",

@@ -17,7 +17,7 @@ from .topology import init_distributed, shutdown
 from .model import Embedding, Block, FinalNorm, Head, FullInit, tied_logits
 from .checkpoint import load_weights, write_weights
 from .runs import hf_tokenizer, inference_config, is_hf_model_dir, run_tokenizer
-from .jobs import launch_ranks, rank_entry, under_launcher
+from .jobs import launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
 __all__ = ['GEN_KWARGS', 'GenerateError', 'Sampling', 'prepare_prompts', 'request_stream', 'next_tokens', 'KVCache',
@@ -449,7 +449,7 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
                     str(batch_size), "--precision", precision, "--out", str(Path(d) / "out.json"), "--quiet",
                     *_sampling_argv(s)]
             argv += [] if use_cache else ["--no-cache"]
-            r = launch_ranks("mtnlg.generate", argv, tp * pp, capture_output=True, text=True)
+            r = launch_ranks("mtnlg.generate", argv, place(tp, pp), capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"the {tp * pp} generation ranks failed (exit "
                                    f"{r.returncode}):\n{r.stderr[-3000:]}")
@@ -518,7 +518,8 @@ def _cli_run(args) -> int:
     parallel = args.tp * args.pp > 1
     if not is_hf_model_dir(args.checkpoint) and not under_launcher(): _precheck(args, prompts, s)
     if parallel and not under_launcher():
-        return launch_ranks("mtnlg.generate", _rank_argv(args), args.tp * args.pp).returncode
+        placement = place(args.tp, args.pp)                          # tp x pp ranks, TP inside a node, or refused
+        return launch_ranks("mtnlg.generate", _rank_argv(args), placement).returncode
     gen = load_generator(args.checkpoint, args.tp, args.pp, args.precision)
     show = gen.rank0 and not args.quiet and not args.json
     stream = (lambda piece: print(piece, end="", flush=True)) if show and len(prompts) == 1 else None

@@ -4,16 +4,17 @@
 
 # %% ../nbs/09_jobs.ipynb #d2d07a3c
 from __future__ import annotations
-import argparse, datetime as _dt, json, logging, os, re, shlex, shutil, subprocess, sys, time, warnings
+import argparse, datetime as _dt, json, logging, os, re, shlex, shutil, socket, subprocess, sys, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
-from .config import atomic_write_text
+from .config import ConfigError, atomic_write_text
 
 # %% auto #0
-__all__ = ['SRUN_TASK_ENV', 'ENV_ACTIVATE', 'NCCL_ENV', 'SBATCH_TEMPLATE', 'TERMINAL', 'JobError', 'parse_value', 'format_value',
-           'notebook_parameters', 'check_parameters', 'default_kernel', 'new_run_dir', 'RunResult', 'run_notebook',
-           'expand_hostlist', 'launch_command', 'under_launcher', 'launch_ranks', 'rank_entry', 'env_activate_line',
+__all__ = ['SRUN_TASK_ENV', 'NODE_AGENT', 'ENV_ACTIVATE', 'NCCL_ENV', 'SBATCH_TEMPLATE', 'REQUEUE_TRAP', 'TERMINAL', 'JobError',
+           'parse_value', 'format_value', 'notebook_parameters', 'check_parameters', 'default_kernel', 'new_run_dir',
+           'RunResult', 'run_notebook', 'expand_hostlist', 'launch_command', 'PlacementError', 'Allocation',
+           'allocation', 'Placement', 'place', 'under_launcher', 'launch_ranks', 'rank_entry', 'env_activate_line',
            'SlurmSpec', 'render_sbatch', 'submit', 'parse_scontrol', 'job_info', 'wait_job', 'cancel', 'cli_parser',
            'cli_run']
 
@@ -138,8 +139,11 @@ def expand_hostlist(hostlist: str) -> list[str]:
     return hosts
 
 # %% ../nbs/09_jobs.ipynb #db2d19c7
-SRUN_TASK_ENV = ('export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS '
+# The time-limit signal (USR1, see SBATCH_TEMPLATE) is ignored until a rank sets its own handler (training does):
+# torchrun's agent would die of it, and a rank still starting would too.
+SRUN_TASK_ENV = ('trap "" USR1; export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS '
                  'GROUP_RANK=$SLURM_NODEID LOCAL_WORLD_SIZE={n}; exec "$@"')
+NODE_AGENT = 'trap "" USR1; exec "$@"'
 
 def launch_command(script_args: list[str], nprocs_per_node: int | None = None, nodes: int | None = None, *,
                    mode: str = "torchrun", port: int | None = None, env=None,
@@ -163,17 +167,113 @@ def launch_command(script_args: list[str], nprocs_per_node: int | None = None, n
     nodes = int(nodes or have)
     if not 1 <= nodes <= have:
         raise JobError(f"nodes={nodes}: the allocation of job {job} has {have} node(s)")
-    master = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost")[0]
+    hosts = expand_hostlist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost")
+    master = hosts[0]
     port = int(port or env.get("MASTER_PORT") or 20000 + int(re.sub(r"\D", "", job) or 0) % 20000)
     cpus = int(env.get("SLURM_CPUS_ON_NODE") or n)
     srun = ["srun", f"--nodes={nodes}", "--kill-on-bad-exit=1"]
+    # fewer nodes than the allocation: its first ones, so that the rendezvous host (`master`) is among them
+    if nodes < have and len(hosts) >= nodes: srun.append(f"--nodelist={','.join(hosts[:nodes])}")
     if mode == "torchrun":
-        return [*srun, f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", *torchrun,
+        return [*srun, f"--ntasks={nodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", "bash", "-c",
+                NODE_AGENT, "mtnlg-node", *torchrun,
                 f"--nnodes={nodes}", f"--nproc-per-node={n}", "--rdzv-backend=c10d",
                 f"--rdzv-endpoint={master}:{port}", f"--rdzv-id={job}", "--max-restarts=0", *script_args]
     return [*srun, f"--ntasks={nodes * n}", f"--ntasks-per-node={n}", f"--cpus-per-task={max(1, cpus // n)}",
             "--distribution=block:block", f"--export=ALL,MASTER_ADDR={master},MASTER_PORT={port}",
             "bash", "-c", SRUN_TASK_ENV.format(n=n), "mtnlg-task", python, *script_args]
+
+# %% ../nbs/09_jobs.ipynb #98bd235a
+class PlacementError(JobError, ConfigError):
+    "A layout the allocation cannot hold by the placement rule; one line naming the problem and the fix."
+
+def _last_count(value) -> int | None:
+    "The last number of a Slurm value such as '8', 'gpu:a100:8' or '4(x2)' (its first for '4(x2)'), or None."
+    nums = re.findall(r"\d+", re.sub(r"\(x\d+\)", "", str(value or "")))
+    return int(nums[-1]) if nums else None
+
+@dataclass(frozen=True)
+class Allocation:
+    "The nodes a launch may use: a Slurm allocation's, or this one host."
+    nodes: int                   # nodes in the allocation (1 outside Slurm)
+    hosts: tuple                 # their names, in Slurm's order
+    slots: int | None            # ranks a node takes (None: no limit, a CPU host outside Slurm)
+    source: str                  # where `slots` comes from, for messages
+    job: str | None = None       # the Slurm job id (None outside Slurm)
+
+def allocation(env=None) -> Allocation:
+    "The allocation around this process: ranks a node takes are its GPUs, else the declared tasks, else its CPUs."
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        torch = sys.modules.get("torch")           # only when the caller has imported it (train, eval, generate)
+        gpus = torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+        return Allocation(1, (socket.gethostname(),), gpus or None,
+                          f"the {gpus} GPUs of this host" if gpus else "this host (CPU)")
+    hosts = tuple(expand_hostlist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""))
+    nodes = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or len(hosts) or 1)
+    job = env["SLURM_JOB_ID"]
+    for key, what in (("SLURM_GPUS_ON_NODE", "GPUs a node"), ("SLURM_GPUS_PER_NODE", "GPUs a node"),
+                      ("SLURM_NTASKS_PER_NODE", "tasks a node, as declared"),
+                      ("SLURM_CPUS_ON_NODE", "CPUs a node, one rank each")):
+        n = _last_count(env.get(key))
+        # one declared task a node is the batch task of a one-task-per-node job: its CPUs count instead
+        if n and not (key == "SLURM_NTASKS_PER_NODE" and n == 1):
+            return Allocation(nodes, hosts, n, f"{key}={env[key]}: {n} {what}", job)
+    return Allocation(nodes, hosts, 1, "no GPUs, tasks or CPUs a node in the environment: 1 rank a node", job)
+
+@dataclass(frozen=True)
+class Placement:
+    "Where the ranks of a tp x pp x dp layout run: `nodes` nodes of `per_node` consecutive ranks each."
+    tp: int
+    pp: int
+    dp: int
+    nodes: int                  # nodes the ranks use (the first ones of the allocation)
+    per_node: int               # ranks on each of them: node k holds ranks k*per_node ... (k+1)*per_node - 1
+    allocation: Allocation
+
+    @property
+    def ranks(self) -> int: return self.tp * self.pp * self.dp
+    def node_of(self, rank: int) -> int: return rank // self.per_node
+    def host_of(self, rank: int) -> str:
+        "The name of the node that runs `rank` (in torchrun's node order, which need not be Slurm's)."
+        hosts = self.allocation.hosts
+        return hosts[self.node_of(rank)] if len(hosts) > self.node_of(rank) else f"node{self.node_of(rank)}"
+    def __str__(self):
+        where = "this host" if self.allocation.job is None else f"job {self.allocation.job}"
+        return (f"tp{self.tp} x pp{self.pp} x dp{self.dp} = {self.ranks} ranks on {self.nodes} node(s) x "
+                f"{self.per_node} ({where}: {self.allocation.nodes} node(s), {self.allocation.source})")
+
+# %% ../nbs/09_jobs.ipynb #fc9c82dc
+def place(tp: int, pp: int = 1, dp: int = 1, *, nodes: int | None = None, per_node: int | None = None,
+          env=None) -> Placement:
+    "The placement rule: tp*pp*dp ranks fill nodes in rank order, TP groups inside a node; `PlacementError` if not."
+    sizes = dict(tp=tp, pp=pp, dp=dp, nodes=nodes or 1, per_node=per_node or 1)
+    bad = [f"{k}={v}" for k, v in sizes.items() if not isinstance(v, int) or v < 1]
+    if bad: raise PlacementError(f"{', '.join(bad)}: sizes and counts must be whole numbers >= 1")
+    a, ranks = allocation(env), tp * pp * dp
+    layout = f"tp{tp} x pp{pp} x dp{dp} = {ranks} ranks"
+    have = f"job {a.job} has {a.nodes} node(s)" if a.job else "outside Slurm there is one node (this host)"
+    slots, source = (per_node, f"{per_node} ranks a node, as asked") if per_node else (a.slots, a.source)
+    if nodes and nodes > a.nodes:
+        raise PlacementError(f"{layout} on {nodes} nodes: {have}; ask Slurm for {nodes} nodes "
+                             f"(sbatch --nodes {nodes}) or use at most {a.nodes}")
+    if slots is None: slots = -(-ranks // (nodes or 1))           # one CPU host: it takes them all
+    if tp > slots:
+        raise PlacementError(f"{layout}: a tensor-parallel group of {tp} ranks would span nodes of {slots} ranks "
+                             f"({source}); use tp <= {slots} and raise pp instead (TP stays inside a node)")
+    need = nodes or -(-ranks // slots)
+    if need > a.nodes:
+        fit = a.nodes * slots // (tp * pp)
+        raise PlacementError(f"{layout} needs {need} nodes of {slots} ranks ({source}) but {have}; ask for "
+                             f"--nodes {need}" + (f" or use dp={fit}" if fit else " or a smaller tp x pp"))
+    per = ranks // need
+    if ranks % need or per > slots:
+        raise PlacementError(f"{layout} does not fill {need} nodes of {slots} ranks ({source}) evenly; use a "
+                             f"layout of a multiple of {need} ranks, at most {need * slots}")
+    if per % tp:
+        raise PlacementError(f"{layout} on {need} nodes puts {per} ranks on a node, so a tensor-parallel group of "
+                             f"{tp} would span two nodes; use a layout whose ranks a node are a multiple of tp")
+    return Placement(tp, pp, dp, need, per, a)
 
 # %% ../nbs/09_jobs.ipynb #7346622a
 def under_launcher() -> bool:
@@ -181,12 +281,12 @@ def under_launcher() -> bool:
     env = os.environ
     return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and int(env.get("WORLD_SIZE", "1")) > 1)
 
-def launch_ranks(module: str, argv: list[str], ranks: int, *, mode: str = "torchrun", env: dict | None = None,
-                 **run_kw) -> subprocess.CompletedProcess:
-    "Run `python -m module argv` as `ranks` ranks (torchrun here, srun inside Slurm) and wait for them."
+def launch_ranks(module: str, argv: list[str], placement: Placement, *, mode: str = "torchrun",
+                 env: dict | None = None, **run_kw) -> subprocess.CompletedProcess:
+    "Run `python -m module argv` as the ranks of `placement` (torchrun here, srun inside Slurm) and wait."
     env = dict(os.environ if env is None else env)
     env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = launch_command(["-m", module, *argv], ranks, mode=mode, env=env)
+    cmd = launch_command(["-m", module, *argv], placement.per_node, placement.nodes, mode=mode, env=env)
     return subprocess.run(cmd, env=env, **run_kw)
 
 def rank_entry(main: Callable[[], int]) -> int:
@@ -253,6 +353,20 @@ rc=0; wait $pid || rc=$?
 while kill -0 $pid 2>/dev/null; do rc=0; wait $pid || rc=$?; done  # a trapped signal interrupts `wait`
 exit $rc
 """
+
+# A requeueable job's answer to the time-limit signal: the ranks (the job steps, not this shell) get USR1, write a
+# checkpoint and stop; once no step runs (or after most of the grace time) the job requeues itself.
+REQUEUE_TRAP = """\
+checkpoint_then_requeue() {{
+  echo "time limit in sight: the ranks write a checkpoint, then requeueing job $SLURM_JOB_ID"
+  scancel --signal=USR1 "$SLURM_JOB_ID"
+  waited=0
+  while [ $waited -lt {wait_s} ] && squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -qvE '\\.(batch|extern)$'; do
+    sleep 2; waited=$((waited + 2))
+  done
+  scontrol requeue "$SLURM_JOB_ID"
+}}
+trap checkpoint_then_requeue USR1"""
 
 _TIME = re.compile(r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$")
 
@@ -322,9 +436,7 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
     for k, v in params.items(): run += [format_value(v)[0], k, format_value(v)[1]]
     run_cmd = (shlex.join(run) + (' -p resume "$RESUME"' if "resume" in declared and "resume" not in params
                                   else ""))
-    trap = ("trap 'echo \"time limit in sight: requeueing $SLURM_JOB_ID\"; scontrol "
-            "requeue \"$SLURM_JOB_ID\"' USR1"
-            if spec.requeue else "")
+    trap = REQUEUE_TRAP.format(wait_s=max(10, spec.grace * 2 // 3)) if spec.requeue else ""
     return SBATCH_TEMPLATE.format(
         notebook_name=nb.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, run_dir=run_dir,
         directives="\n".join(f"#SBATCH {x}" for x in d), env_activate=env_activate_line(env_activate),

@@ -4,18 +4,18 @@
 
 # %% ../nbs/02_topology.ipynb #6606f31b
 from __future__ import annotations
-import logging, os, socket, sys
+import json, logging, os, socket, sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .config import ConfigError, ParallelConfig, RunConfig
+from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text
 from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose', 'quiet_megatron',
            'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
-           'init_distributed', 'seed_all', 'shutdown']
+           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'init_distributed', 'seed_all', 'shutdown']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -150,6 +150,7 @@ class Topology:
     device: torch.device
     backend: str                           # 'gloo' or 'nccl'
     ds_topology: object = field(repr=False, default=None)  # deepspeed PipeModelDataParallelTopology
+    hosts: tuple = field(repr=False, default=())          # every rank's hostname, in rank order
 
     @property
     def is_first_stage(self): return self.pp_rank == 0
@@ -168,6 +169,30 @@ class Topology:
     def model_parallel_group(self):
         "The tp x pp ranks holding one full model replica (gradient norms are summed over it)."
         from megatron.core import parallel_state as ps; return ps.get_model_parallel_group()
+
+# %% ../nbs/02_topology.ipynb #0129e690
+def gather_hosts() -> tuple:
+    "Every rank's hostname, in rank order (one all-gather of a short string; this host's alone without a group)."
+    if not dist.is_initialized() or dist.get_world_size() == 1: return (socket.gethostname(),)
+    hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    return tuple(hosts)
+
+def tp_groups_across_hosts(hosts, tp: int) -> list[str]:
+    "The tensor-parallel groups (blocks of `tp` consecutive ranks) whose ranks are on more than one host."
+    out = []
+    for first in range(0, len(hosts), tp):
+        names = sorted(set(hosts[first:first + tp]))
+        if len(names) > 1: out.append(f"ranks {first}-{first + tp - 1} on {', '.join(names)}")
+    return out
+
+def hosts_summary(hosts) -> str:
+    "Which ranks run where, e.g. 'h1: ranks 0-3; h2: ranks 4-7' (consecutive ranks of a host as one range)."
+    runs = []
+    for r, h in enumerate(hosts):
+        if runs and runs[-1][0] == h and runs[-1][2] == r - 1: runs[-1][2] = r
+        else: runs.append([h, r, r])
+    return "; ".join(f"{h}: rank{'s' if b > a else ''} {a}{f'-{b}' if b > a else ''}" for h, a, b in runs)
 
 # %% ../nbs/02_topology.ipynb #da037aaa
 _TOPO: Topology | None = None
@@ -231,8 +256,18 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
                     device=torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu"),
                     backend=backend,
                     ds_topology=PipeModelDataParallelTopology(num_pp=parallel.pp, num_mp=parallel.tp, num_dp=parallel.dp))
-    try: _check_groups(topo)
+    try:
+        _check_groups(topo)
+        topo.hosts = gather_hosts()
+        split = tp_groups_across_hosts(topo.hosts, parallel.tp)
+        if split:
+            raise ConfigError(f"parallel.tp: tensor-parallel groups span hosts ({'; '.join(split[:3])}): launch "
+                              "consecutive ranks on a node (torchrun, srun --distribution=block; mtnlg.jobs.place)")
     except BaseException: shutdown(); raise           # leave no half-made groups behind
+    if rank == 0 and len(set(topo.hosts)) > 1:               # a multi-host run says where its ranks are
+        print(f"ranks on {len(set(topo.hosts))} hosts: {hosts_summary(topo.hosts)}", file=sys.stderr, flush=True)
+    if rank == 0 and env.get("MTNLG_HOSTS_FILE"):             # and records it where a job or a test asks
+        atomic_write_text(env["MTNLG_HOSTS_FILE"], json.dumps(list(topo.hosts)))
     _TOPO = topo
     return topo
 

@@ -4,29 +4,30 @@
 
 # %% ../nbs/06_train.ipynb #0a653ed9
 from __future__ import annotations
-import dataclasses, json, logging, math, os, sys, time
+import dataclasses, json, logging, math, os, signal, socket, sys, time
 from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 from .config import (RunConfig, OptimConfig, ConfigError, DataError, load_config, save_config, to_dict,
-                          add_config_args, config_from_args, atomic_path, atomic_write_text)
-from .plan import tflops_per_gpu
+                          add_config_args, config_from_args, atomic_path, atomic_write_text, file_sha256)
+from .plan import get_cluster, plan as plan_layouts, tflops_per_gpu, with_layout
 from .topology import check_layout, cpu_malloc_reuse, init_distributed, shutdown
 from .model import init_parameters
 from .pipeline import build_pipeline, build_engine
 from .checkpoint import (Checkpointer, check_checkpoint, check_rng, clean_partial, latest_checkpoint,
-                              load_checkpoint)
+                              load_checkpoint, save_checkpoint, step_tag)
 from .tokenizer import get_tokenizer
 from .indexed import build_datasets, indexed_paths, load_blend
-from .jobs import launch_ranks, rank_entry, under_launcher
+from .jobs import allocation, launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
-__all__ = ['RESUMABLE_CHANGES', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices', 'collate', 'batches',
-           'read_metrics', 'MetricsLog', 'TrainingError', 'train', 'plot_training', 'check_run_dir', 'check_data',
-           'prepare_run', 'launch', 'failure_message', 'run_training', 'run_training_single', 'cli_parser',
-           'resume_config', 'cli_run', 'worker_main']
+__all__ = ['STOP_SIGNAL', 'RESUMABLE_CHANGES', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices',
+           'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError', 'checkpoint_view', 'resume_checkpoint',
+           'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train', 'plot_training',
+           'check_run_dir', 'check_data', 'prepare_run', 'launch', 'failure_message', 'fit_layout', 'log_layout_change',
+           'run_training', 'run_training_single', 'cli_parser', 'resume_config', 'cli_run', 'worker_main']
 
 # %% ../nbs/06_train.ipynb #646270fd
 def learning_rate(o: OptimConfig, tokens: float) -> float:
@@ -130,6 +131,72 @@ def _validate(engine, dataset, cfg, topo) -> float:
 def _inject(step: int) -> bool:
     return str(step) in os.environ.get("MTNLG_INJECT_NONFINITE", "").replace(" ", "").split(",")
 
+# %% ../nbs/06_train.ipynb #e550c1a0
+def checkpoint_view(ck) -> dict:
+    "What this rank sees of checkpoint folder `ck`: COMPLETE, and the size and sha256 of .metadata and train_state.json."
+    ck = Path(ck)
+    view = {"COMPLETE": (ck / "COMPLETE").exists()}
+    for name in (".metadata", "train_state.json"):
+        f = ck / name
+        view[name] = [f.stat().st_size, file_sha256(f)] if f.is_file() else None
+    return view
+
+def resume_checkpoint(run_dir, topo) -> Path | None:
+    "Rank 0 picks the checkpoint to resume and broadcasts its name; `TrainingError` unless every rank sees its files alike."
+    run = Path(run_dir)
+    if topo.world_size == 1: return latest_checkpoint(run)
+    pick = [None, None]
+    if topo.rank == 0:
+        ck = latest_checkpoint(run)
+        if ck is not None: pick = [ck.name, checkpoint_view(ck)]
+    dist.broadcast_object_list(pick, src=0)
+    name, seen_by_0 = pick
+    if name is None: return None
+    ck = run / "checkpoints" / name
+    same = torch.tensor([float(topo.rank == 0 or checkpoint_view(ck) == seen_by_0)], device=topo.device)
+    flags = [torch.zeros_like(same) for _ in range(topo.world_size)]
+    dist.all_gather(flags, same)
+    differ = [r for r, f in enumerate(flags) if f.item() != 1.0]
+    if differ:
+        where = [f"{r} ({topo.hosts[r]})" if len(topo.hosts) > r else str(r) for r in differ[:8]]
+        raise TrainingError(f"ranks {', '.join(where)}{' ...' if len(differ) > 8 else ''} see checkpoint {ck} unlike "
+                            f"rank 0 ({seen_by_0}): their file system shows other files (NFS caches, a save still "
+                            "finishing); wait until every node sees the same run folder, then resume again")
+    return ck
+
+# %% ../nbs/06_train.ipynb #77bcd3af
+STOP_SIGNAL = signal.SIGUSR1     # Slurm's warning before the time limit, forwarded to the ranks by the batch script
+_STOP: list = []                 # the signals received (a handler only notes them)
+
+def watch_stop_signal():
+    "Note the stop signal in a flag instead of dying of it; the previous handler (None off the main thread)."
+    _STOP.clear()
+    try: return signal.signal(STOP_SIGNAL, lambda signum, frame: _STOP.append(signum))
+    except ValueError: return None                       # signal handlers live on the main thread only
+
+def _inject_stall(run: Path, step: int, rank: int):
+    "Test hook: `MTNLG_INJECT_STALL=STEP` holds rank 0 after step STEP (once a run folder) until the stop signal."
+    if rank or os.environ.get("MTNLG_INJECT_STALL") != str(step) or (run / f"stalled-{step}").exists(): return
+    atomic_write_text(run / f"stalled-{step}", socket.gethostname())
+    while not _STOP: time.sleep(0.2)
+
+def stop_requested(topo, run: Path, step: int) -> bool:
+    "True on every rank once any rank got the stop signal (checked between steps)."
+    _inject_stall(run, step, topo.rank)
+    if topo.world_size == 1: return bool(_STOP)
+    flag = torch.tensor([float(bool(_STOP))], device=topo.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
+
+def save_and_stop(engine, topo, cfg: RunConfig, run: Path, state: dict, ck, steps: int):
+    "Write the checkpoint of the step just done, unless the loop just wrote it, before stopping for a requeue."
+    done = state["step"]
+    if not ((cfg.save_interval and done % cfg.save_interval == 0) or done == steps):
+        save_checkpoint(engine, topo, cfg, run, dict(state), protect=[ck])
+    if topo.rank == 0:
+        print(f"mtnlg train: stopped by signal {STOP_SIGNAL.name} after step {done} of {steps}; checkpoint "
+              f"{step_tag(done)} is written and a requeued job resumes from it", flush=True)
+
 # %% ../nbs/06_train.ipynb #045eeeea
 def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     "Datasets, engine and the training state to start from (a checkpoint's, when resuming)."
@@ -137,14 +204,22 @@ def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     plan = plan_steps(cfg)
     n_valid = cfg.eval_batches * cfg.optim.global_batch if cfg.eval_interval else 0
     train_ds, valid_ds, _ = build_datasets(cfg.data, cfg.model.seq_length, (sum(plan), n_valid, 0), seed=cfg.data.seed)
-    ck = latest_checkpoint(run) if resume else None
+    ck = resume_checkpoint(run, topo) if resume else None      # rank 0's pick, seen alike by every rank
     state = dict(step=0, consumed_samples=0, tokens=0, skipped=0)
+    if topo.rank == 0: record_hosts(run, topo, ck)
     if ck is not None: state = json.loads((ck / "train_state.json").read_text())
     module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=ck is not None)  # own slices only
     step0 = state["step"]
     engine = build_engine(cfg, topo, module, grad_accum=plan[min(step0, len(plan) - 1)] // (p.micro_batch * p.dp))
     if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)
     return plan, train_ds, valid_ds, engine, state, ck
+
+def record_hosts(run: Path, topo, ck):
+    "Append this start's ranks' hostnames (and the Slurm job, restart and checkpoint) to RUN/hosts.jsonl."
+    rec = dict(hosts=list(topo.hosts), resumed_from=None if ck is None else ck.name,
+               job=os.environ.get("SLURM_JOB_ID"), restart=int(os.environ.get("SLURM_RESTART_COUNT") or 0))
+    run.mkdir(parents=True, exist_ok=True)
+    with open(run / "hosts.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
 
 # %% ../nbs/06_train.ipynb #6f3bf251
 def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) -> dict:
@@ -163,6 +238,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
     bar = tqdm(total=len(plan), initial=state["step"], desc="train", disable=not (rank0 and progress), dynamic_ncols=True)
     loss_fn, bad_in_a_row = engine.module.loss_fn, 0
     saver = Checkpointer(topo, cfg, run, protect=[ck])
+    previous_handler = watch_stop_signal()                    # the time-limit signal: checkpoint, then stop
     try:
         for step in range(state["step"], len(plan)):
             gb = plan[step]
@@ -197,11 +273,15 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
                                     f"with --resume (max_nonfinite={cfg.max_nonfinite})")
             if (cfg.save_interval and (step + 1) % cfg.save_interval == 0) or step + 1 == len(plan):
                 saver.save(engine, dict(state))
+            if stop_requested(topo, run, step + 1):
+                saver.wait()                              # an async save in flight commits first
+                save_and_stop(engine, topo, cfg, run, state, ck, len(plan)); break
         saver.wait()
     except BaseException:
         saver.abandon()                                       # its files finish; nothing is committed
         raise
     finally:
+        if previous_handler is not None: signal.signal(STOP_SIGNAL, previous_handler)
         bar.close()
         if log is not None: log.close()
     if rank0: plot_training(run)
@@ -290,10 +370,11 @@ def prepare_run(cfg: RunConfig, run_dir, resume: bool = False) -> Path:
 
 def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str = "torchrun", env: dict | None = None,
            progress: bool = True) -> int:
-    "Start the ranks of the run in `run_dir` (its config.json) and wait; returns the exit code (0: finished)."
-    cfg = load_config(None, Path(run_dir) / "config.json")
+    "Start the ranks of the run in `run_dir` (its config.json) as placed (`nprocs`: ranks a node) and wait; exit code."
+    p = load_config(None, Path(run_dir) / "config.json").parallel
     argv = [str(run_dir)] + (["--resume"] if resume else []) + ([] if progress else ["--no-progress"])
-    return launch_ranks("mtnlg.train", argv, nprocs or cfg.parallel.world_size, mode=mode, env=env).returncode
+    placement = place(p.tp, p.pp, p.dp, per_node=nprocs, env=env)
+    return launch_ranks("mtnlg.train", argv, placement, mode=mode, env=env).returncode
 
 def failure_message(run_dir, code: int) -> str:
     "What happened and how to continue, after a failed launch."
@@ -305,15 +386,63 @@ def failure_message(run_dir, code: int) -> str:
     return (f"mtnlg train: the job failed {where} (exit code {code}; a rank crashed, was killed or timed out; "
             f"see the rank's traceback above). {how}")
 
+# %% ../nbs/06_train.ipynb #403a34b0
+LAYOUTS = ("fit", "auto", "fixed")
+
+def _batches_split(cfg: RunConfig, dp: int) -> bool:
+    "Whether every batch size of the schedule splits into micro-batches over `dp` replicas."
+    o, mb = cfg.optim, cfg.parallel.micro_batch
+    return all(v % (mb * dp) == 0 for v in (o.global_batch, o.rampup_batch_start, o.rampup_batch_increment))
+
+def _placeable(tp, pp, dp, per_node, env) -> bool:
+    try: place(tp, pp, dp, per_node=per_node, env=env); return True
+    except ConfigError: return False
+
+def fit_layout(cfg: RunConfig, layout: str = "fit", resume: bool = False, per_node: int | None = None,
+               env=None) -> RunConfig:
+    "The layout to run at here: as configured, same TP x PP with DP from the allocation (a resume), or the planner's."
+    if layout not in LAYOUTS: raise ConfigError(f"--layout {layout!r}: want one of {', '.join(LAYOUTS)}")
+    a, p = allocation(env), cfg.parallel
+    if layout == "fixed" or (layout == "fit" and not (resume and a.job)): return cfg
+    slots = per_node or a.slots or p.world_size                    # a CPU host outside Slurm: the configured size
+    ranks = slots * (a.nodes if a.job else 1)
+    if layout == "fit":
+        dps = [d for d in range(ranks // (p.tp * p.pp), 0, -1)
+               if _batches_split(cfg, d) and _placeable(p.tp, p.pp, d, per_node, env)]
+        if not dps:
+            raise ConfigError(f"--layout fit: no data-parallel size fits tp{p.tp} x pp{p.pp} into {ranks} ranks "
+                              f"({a.nodes} node(s) x {slots}) with global batch {cfg.optim.global_batch}; use "
+                              "--layout auto or another allocation")
+        return with_layout(cfg, p.tp, p.pp, dps[0])
+    cluster = get_cluster(nodes=a.nodes if a.job else 1, gpus_per_node=slots)
+    best = plan_layouts(cfg, cluster, micro_batches=(p.micro_batch,))[0]["layout"]
+    return with_layout(cfg, best["tp"], best["pp"], best["dp"])
+
+def log_layout_change(run: Path, before: RunConfig, after: RunConfig, layout: str):
+    "Print a layout change and append it to RUN/layout_changes.jsonl."
+    a, (b, n) = allocation(), (before.parallel, after.parallel)
+    ck = latest_checkpoint(run)
+    rec = dict(before=dict(tp=b.tp, pp=b.pp, dp=b.dp), after=dict(tp=n.tp, pp=n.pp, dp=n.dp), layout=layout,
+               nodes=a.nodes, job=a.job, restart=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+               from_checkpoint=None if ck is None else ck.name, global_batch=after.optim.global_batch)
+    print(f"mtnlg train: layout tp{b.tp} x pp{b.pp} x dp{b.dp} -> tp{n.tp} x pp{n.pp} x dp{n.dp} (--layout {layout}; "
+          f"{a.nodes} node(s), {a.source}); global batch {after.optim.global_batch} and the data order are kept",
+          flush=True)
+    with open(run / "layout_changes.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
+
 # %% ../nbs/06_train.ipynb #d290723a
 def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True, nprocs: int | None = None,
-                 mode: str = "torchrun") -> dict:
+                 mode: str = "torchrun", layout: str = "fit") -> dict:
     "Check, then train in this process (one rank, or as a launched rank) or launch the ranks; the `mtnlg train` path."
     if under_launcher():
         state = train(cfg, run_dir, resume, progress)
         shutdown()
         return state
+    before, cfg = cfg, fit_layout(cfg, layout, resume, nprocs)
+    p = cfg.parallel
+    if p.world_size > 1: place(p.tp, p.pp, p.dp, per_node=nprocs)      # a misfit is refused before any write
     run = prepare_run(cfg, run_dir, resume)
+    if p != before.parallel: log_layout_change(run, before, cfg, layout)
     if cfg.parallel.world_size == 1: return run_training_single(cfg, run, resume, progress)
     code = launch(run, resume, nprocs, mode, progress=progress)
     if code: raise TrainingError(failure_message(run, code))
@@ -331,6 +460,9 @@ def cli_parser(parser):
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
                         "(at the same or a new tp/pp/dp layout)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--layout", choices=LAYOUTS, default="fit",
+                        help="fit (default): the configured layout; resumed inside Slurm, the same tp x pp with dp "
+                        "from the allocation. auto: the planner's best for the allocation. fixed: as configured")
     return parser
 
 def resume_config(args) -> RunConfig:
@@ -346,7 +478,8 @@ def resume_config(args) -> RunConfig:
 def cli_run(args) -> int:
     "`mtnlg train`: check, launch or join, train; a failure is one message with the way to continue."
     cfg = resume_config(args) if args.resume else config_from_args(args)   # ConfigError: one line, exit 2
-    try: run_training(cfg, cfg.out or f"runs/{args.preset or 'tiny'}", resume=args.resume, progress=not args.no_progress)
+    try: run_training(cfg, cfg.out or f"runs/{args.preset or 'tiny'}", resume=args.resume,
+                      progress=not args.no_progress, layout=args.layout)
     except TrainingError as e:
         print(str(e), file=sys.stderr); return 1
     return 0

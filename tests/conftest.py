@@ -3,6 +3,9 @@ import os, subprocess, sys
 from pathlib import Path
 import pytest
 
+# the multi-host Slurm cluster fixture (tests/multihost_fixture.py), shared by the whole session
+pytest_plugins = ["multihost_fixture"]
+
 ROOT = Path(__file__).resolve().parents[1]
 # The committed fixtures (tests/data/README.md: sources, subsets, licences): the tests read nothing beside the repo.
 DATA = ROOT / "tests" / "data"

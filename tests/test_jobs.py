@@ -72,7 +72,9 @@ def test_render_multinode_gpu_job(tmp_path):
     # a CPU job has no GPU request and shares its node; without --requeue: --no-requeue and no signal trap
     cpu = render_sbatch(JOB_NOTEBOOK, {}, SlurmSpec(gpus_per_node=0), tmp_path / "r2")
     assert "--gpus-per-node" not in cpu and "--exclusive" not in cpu and "#SBATCH --no-requeue" in cpu
-    assert "\ntrap '" not in cpu and "--signal" not in cpu and "\ntrap '" in s
+    assert "\ntrap " not in cpu and "--signal" not in cpu and "\ntrap checkpoint_then_requeue USR1" in s
+    # USR1 goes on to the ranks (the job's steps, not the batch shell), which checkpoint and stop; then the requeue
+    assert 'scancel --signal=USR1 "$SLURM_JOB_ID"' in s and "squeue -h -s -j" in s
 
 def test_render_refuses_bad_input(tmp_path):
     for spec, msg in [(SlurmSpec(time="90min"), "--time '90min'"), (SlurmSpec(nodes=0), "--nodes 0"),
@@ -92,8 +94,12 @@ def test_launch_command_multinode_ranks_by_node():
     env = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "dgx-a[09-10]", "SLURM_CPUS_ON_NODE": "256"}
     t = launch_command(["train.py", "--tp", "8"], 8, env=env, python="py")
     assert t == ["srun", "--nodes=2", "--kill-on-bad-exit=1", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=256",
+                 "bash", "-c", 'trap "" USR1; exec "$@"', "mtnlg-node",
                  "py", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d",
                  "--rdzv-endpoint=dgx-a09:20077", "--rdzv-id=77", "--max-restarts=0", "train.py", "--tp", "8"]
+    # one node of two: the first, where the rendezvous host is
+    assert launch_command(["t.py"], 8, nodes=1, env=env, python="py")[:4] == [
+        "srun", "--nodes=1", "--kill-on-bad-exit=1", "--nodelist=dgx-a09"]
     s = launch_command(["train.py"], 8, env=env, mode="srun", python="py")
     assert s[:9] == ["srun", "--nodes=2", "--kill-on-bad-exit=1", "--ntasks=16", "--ntasks-per-node=8", "--cpus-per-task=32",
                      "--distribution=block:block", "--export=ALL,MASTER_ADDR=dgx-a09,MASTER_PORT=20077", "bash"]

@@ -1,0 +1,158 @@
+"""A real Slurm cluster of several hosts on this machine (tests/multihost.py): hosts, rendezvous, host death.
+
+Each host is its own network, UTS and mount namespace with its own address, hostname and slurmd, so a job's
+ranks on h1 and h2 talk over TCP between two addresses as on two machines. These tests check the cluster itself
+and what the multi-host paths rely on: `srun` across hosts, a torchrun c10d rendezvous with a gloo all_reduce
+across hosts, and Slurm requeueing a job after one host dies. They need root (namespaces); elsewhere they skip.
+"""
+import collections, json, os, re, shutil, socket, subprocess, sys, time
+from pathlib import Path
+import pytest
+from conftest import ROOT
+import multihost
+
+
+WORKER = ROOT / "tests" / "rendezvous_worker.py"
+
+def ranks(cluster, job: str) -> list[dict]:
+    "What each rank of tests/rendezvous_worker.py reported in `job` (its ranks-JOB folder), by rank."
+    files = sorted((cluster.root / "jobs" / f"ranks-{job}").glob("rank-*.json"))
+    return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
+
+def torchrun_script(nodes: int, nproc_per_node: int) -> str:
+    "A batch script: one torchrun a host (srun), c10d rendezvous at the first host, the rendezvous worker."
+    return f"""#!/bin/bash
+export OMP_NUM_THREADS=1
+MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+PORT=$((29400 + SLURM_JOB_ID % 500))
+mkdir -p "ranks-$SLURM_JOB_ID"
+srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
+  --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
+  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
+"""
+
+# ---------------------------------------------------------------- the cluster itself
+
+def test_root_machine_can_run_the_cluster():
+    "CI here is root: the multi-host tests must run there, not skip."
+    if os.geteuid() != 0: pytest.skip("not root: unavailable() gives the reason and the cluster tests skip")
+    assert multihost.unavailable() is None
+
+def test_unavailable_names_the_reason_when_not_root():
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None: pytest.skip("needs root and setpriv to run a check as another user")
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import multihost; print(multihost.unavailable())"
+    p = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
+                        str(ROOT / "tests")], capture_output=True, text=True, cwd="/")
+    assert p.returncode == 0, p.stderr
+    assert "needs root" in p.stdout
+
+def test_two_nodes_show_two_hostnames_and_addresses(multihost_cluster):
+    c = multihost_cluster
+    assert c.node_states() == {"h1": "idle", "h2": "idle"}
+    j = c.submit("#!/bin/bash\nsrun bash -c 'echo HOST $(hostname) $(hostname -I)'\n", "-N", "2",
+                 "--ntasks-per-node=1", name="hosts")
+    info = c.wait_job(j, timeout=60)
+    assert info["JobState"] == "COMPLETED" and info["NodeList"] == "h[1-2]", info
+    seen = sorted(tuple(l.split()[1:]) for l in c.output(j, "hosts").splitlines() if l.startswith("HOST "))
+    assert seen == [("h1", c.addresses["h1"]), ("h2", c.addresses["h2"])]
+    assert c.addresses["h1"] != c.addresses["h2"]
+    # the job ran in the hosts' namespaces, not in this machine's: its own name and /etc/hosts are untouched
+    assert socket.gethostname() not in ("h1", "h2")
+    assert c.net not in Path("/etc/hosts").read_text()
+    on_h2 = c.on_host("h2", "hostname; getent hosts h1; ip -4 -o addr show eth0")
+    assert on_h2.returncode == 0, on_h2.stderr
+    name, h1_entry, addr = on_h2.stdout.splitlines()
+    assert name == "h2" and h1_entry.split() == [c.addresses["h1"], "h1"] and f"{c.addresses['h2']}/24" in addr
+
+def mount_points() -> set[str]:
+    "Mount points of this (the root) mount namespace."
+    return {l.split()[4] for l in Path("/proc/self/mountinfo").read_text().splitlines()}
+
+def test_second_cluster_coexists_and_stop_leaves_nothing(multihost_cluster, tmp_path):
+    c = multihost_cluster
+    mounts, hosts_file = mount_points(), Path("/etc/hosts").read_text()
+    other = multihost.start(tmp_path / "other", hosts=1, tag="mhother")
+    try:
+        # nothing global: the hosts' /etc/hosts and namespaces are mounted inside their own mount namespaces
+        new = mount_points() - mounts
+        assert not [m for m in new if "netns" in m or m == "/etc/hosts" or str(tmp_path) in m], new
+        assert Path("/etc/hosts").read_text() == hosts_file
+        assert other.net != c.net and other.bridge != c.bridge
+        j = other.submit("#!/bin/bash\nsrun hostname\n", name="other")
+        assert other.wait_job(j, timeout=60)["JobState"] == "COMPLETED"
+        assert other.output(j, "other").strip() == "h1"
+        pids = [p.pid for p in other.procs.values()]
+        assert other.leftovers(), "the leftovers check must see a running cluster (positive control)"
+    finally:
+        other.stop()
+    assert other.leftovers() == []
+    assert not [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+                if n.startswith("mhother")]
+    assert "mhother" not in subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
+    assert not [p for p in pids if Path(f"/proc/{p}").exists()], "a daemon of the stopped cluster still runs"
+    assert c.node_states() == {"h1": "idle", "h2": "idle"}, "stopping one cluster must not touch the other"
+
+# ---------------------------------------------------------------- rendezvous across hosts
+
+def test_torchrun_rendezvous_across_two_hosts(multihost_cluster):
+    c = multihost_cluster
+    j = c.submit(torchrun_script(nodes=2, nproc_per_node=2), "-N", "2", "--ntasks-per-node=1",
+                 "--time=00:05:00", name="rdzv")
+    info = c.wait_job(j, timeout=300)
+    out = c.output(j, "rdzv")
+    assert info["JobState"] == "COMPLETED", out
+    got = ranks(c, j)
+    assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["world_size"] for r in got} == {4}
+    assert {r["sum"] for r in got} == {10.0}                       # 1 + 2 + 3 + 4
+    assert collections.Counter(r["host"] for r in got) == {"h1": 2, "h2": 2}
+    for host, group in (("h1", 0), ("h2", 1)):                      # torchrun's node (group) and local ranks
+        mine = [r for r in got if r["host"] == host]
+        assert {r["group_rank"] for r in mine} == {group} and sorted(r["local_rank"] for r in mine) == [0, 1]
+    assert {r["master_addr"] for r in got} == {"h1"}
+
+# ---------------------------------------------------------------- a host dies
+
+HOST_DEATH_SCRIPT = """#!/bin/bash
+echo "START restart=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST"
+if [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then
+  srun --ntasks-per-node=1 bash -c 'touch "$0/ready-$SLURM_JOB_ID-$(hostname)"; exec sleep 600' "$PWD"
+  echo "FIRST RUN ENDED rc=$?"
+else
+  srun --ntasks-per-node=1 bash -c 'echo "AGAIN $(hostname) restart=$SLURM_RESTART_COUNT"'
+fi
+"""
+
+def test_host_death_requeues_the_job_and_it_runs_again(multihost_cluster):
+    c = multihost_cluster
+    j = c.submit(HOST_DEATH_SCRIPT, "-N", "2", "--ntasks-per-node=1", "--requeue", "--open-mode=append",
+                 "--time=00:15:00", name="death")
+    jobs = c.root / "jobs"
+    ready = [jobs / f"ready-{j}-{h}" for h in ("h1", "h2")]
+    c.wait_until("the step to run on both hosts", lambda: all(f.exists() for f in ready), 60)
+    assert c.job(j)["JobState"] == "RUNNING"
+    c.kill_host("h2")
+    assert c.host_pids("h2") == [] and c.host_pids("h1"), "only h2's processes die"
+    # after SlurmdTimeout slurmctld marks h2 down and requeues the job; it waits (2 nodes asked, 1 left)
+    info = c.wait_job(j, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING", timeout=120)
+    assert c.node_states()["h2"].startswith("down"), c.node_states()
+    time.sleep(3)
+    assert c.job(j)["JobState"] == "PENDING", "the job must not run while one of its 2 hosts is down"
+    c.restart_slurmd("h2")
+    info = c.wait_job(j, timeout=120)
+    out = c.output(j, "death")
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and info["NodeList"] == "h[1-2]", out
+    starts = re.findall(r"^START restart=(\d+)", out, re.M)
+    assert starts == ["0", "1"], out
+    assert sorted(re.findall(r"^AGAIN (h\d) restart=(\d+)", out, re.M)) == [("h1", "1"), ("h2", "1")], out
+    assert c.node_states() == {"h1": "idle", "h2": "idle"}
+
+# ---------------------------------------------------------------- more hosts
+
+@pytest.mark.parametrize("multihost_cluster", [3], indirect=True)
+def test_three_host_cluster_on_request(multihost_cluster):
+    c = multihost_cluster
+    assert c.node_states() == {"h1": "idle", "h2": "idle", "h3": "idle"} and len(set(c.addresses.values())) == 3
+    j = c.submit("#!/bin/bash\nsrun hostname\n", "-N", "3", "--ntasks-per-node=1", name="three")
+    assert c.wait_job(j, timeout=60)["JobState"] == "COMPLETED"
+    assert sorted(c.output(j, "three").split()) == ["h1", "h2", "h3"]
