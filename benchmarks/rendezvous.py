@@ -19,26 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import multihost  # noqa: E402
 
-WORKER = ROOT / "tests" / "rendezvous_worker.py"
-
-def script(nodes: int, nproc_per_node: int) -> str:
-    "The batch script: its start time, then one torchrun a host with the rendezvous worker."
-    return f"""#!/bin/bash
-echo "BATCH_START $(date +%s.%N)"
-export OMP_NUM_THREADS=1
-MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-PORT=$((29400 + SLURM_JOB_ID % 500))
-mkdir -p "ranks-$SLURM_JOB_ID"
-srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
-  --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
-  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
-"""
-
 def measure(cluster, nodes: int, nproc_per_node: int) -> dict:
     "One job on `nodes` hosts; seconds from sbatch to batch start and to the last rank done, checked results."
     cluster.wait_nodes(cluster.hosts, ("idle",), 60)
     t0 = time.time()
-    j = cluster.submit(script(nodes, nproc_per_node), "-N", str(nodes), "--ntasks-per-node=1", "--time=00:10:00",
+    batch = multihost.torchrun_script(nodes, nproc_per_node, prelude='echo "BATCH_START $(date +%s.%N)"\n')
+    j = cluster.submit(batch, "-N", str(nodes), "--ntasks-per-node=1", "--time=00:10:00",
                        name=f"rdzv{nodes}")
     info = cluster.wait_job(j, timeout=600)
     out = cluster.output(j, f"rdzv{nodes}")

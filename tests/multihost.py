@@ -26,7 +26,7 @@ What it took (each was a failure first, see the issue's reference recipe):
 - A namespace is freed asynchronously after its last process: the veth is deleted from the bridge's side first.
 """
 from __future__ import annotations
-import os, re, shlex, shutil, subprocess, time, zlib
+import os, re, shlex, shutil, subprocess, sys, time, zlib
 from pathlib import Path
 import slurm_local
 
@@ -65,29 +65,7 @@ CONF = """\
 # Private {n}-host Slurm for mtnlg's tests (written by tests/multihost.py)
 ClusterName={tag}
 SlurmctldHost=ctl({net}.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-# cred_expire: a requeued job may start again after this many seconds (default 120)
-AuthInfo=socket={root}/munge/munge.sock,cred_expire=10
-CredType=cred/munge
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SrunPortRange={srun_lo}-{srun_hi}
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd-%n.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-# cgroup plugins do not work in this container: Linux process tracking, no task binding
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
+""" + slurm_local.DAEMONS_CONF + """\
 # backfill every second (default 30 s): a requeued job, held for cred_expire, starts as soon as it may
 SchedulerParameters=bf_interval=1
 MpiDefault=none
@@ -110,6 +88,20 @@ KillWait=5
 Waittime=0
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+WORKER = Path(__file__).resolve().parent / "rendezvous_worker.py"
+
+def torchrun_script(nodes: int, nproc_per_node: int, prelude: str = "") -> str:
+    "A batch script: one torchrun a host (srun), c10d rendezvous at the first host, the rendezvous worker."
+    return f"""#!/bin/bash
+{prelude}export OMP_NUM_THREADS=1
+MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+PORT=$((29400 + SLURM_JOB_ID % 500))
+mkdir -p "ranks-$SLURM_JOB_ID"
+srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
+  --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
+  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
 """
 
 def parse_fields(line: str) -> dict:

@@ -38,10 +38,8 @@ def _mem_mb() -> int:
     kb = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
     return kb // 1024 * 8 // 10
 
-CONF = """\
-# Private one-node Slurm for mtnlg's tests (written by tests/slurm_local.py)
-ClusterName=mtnlgtest
-SlurmctldHost=localhost
+# the daemons, their ports and files, the plugins that work in a container: shared with tests/multihost.py
+DAEMONS_CONF = """\
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -65,6 +63,13 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+"""
+
+CONF = """\
+# Private one-node Slurm for mtnlg's tests (written by tests/slurm_local.py)
+ClusterName=mtnlgtest
+SlurmctldHost=localhost
+""" + DAEMONS_CONF + """\
 MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2

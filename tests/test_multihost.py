@@ -5,31 +5,16 @@ ranks on h1 and h2 talk over TCP between two addresses as on two machines. These
 and what the multi-host paths rely on: `srun` across hosts, a torchrun c10d rendezvous with a gloo all_reduce
 across hosts, and Slurm requeueing a job after one host dies. They need root (namespaces); elsewhere they skip.
 """
-import collections, json, os, re, socket, subprocess, sys, time
+import collections, json, os, re, socket, subprocess, time
 from pathlib import Path
 import pytest
-from conftest import ROOT
 import multihost
 
-
-WORKER = ROOT / "tests" / "rendezvous_worker.py"
 
 def ranks(cluster, job: str) -> list[dict]:
     "What each rank of tests/rendezvous_worker.py reported in `job` (its ranks-JOB folder), by rank."
     files = sorted((cluster.root / "jobs" / f"ranks-{job}").glob("rank-*.json"))
     return sorted((json.loads(f.read_text()) for f in files), key=lambda r: r["rank"])
-
-def torchrun_script(nodes: int, nproc_per_node: int) -> str:
-    "A batch script: one torchrun a host (srun), c10d rendezvous at the first host, the rendezvous worker."
-    return f"""#!/bin/bash
-export OMP_NUM_THREADS=1
-MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-PORT=$((29400 + SLURM_JOB_ID % 500))
-mkdir -p "ranks-$SLURM_JOB_ID"
-srun --nodes={nodes} --ntasks-per-node=1 {sys.executable} -m torch.distributed.run --nnodes={nodes} \\
-  --nproc-per-node={nproc_per_node} --rdzv-backend=c10d --rdzv-endpoint=$MASTER:$PORT --rdzv-id=$SLURM_JOB_ID \\
-  --max-restarts=0 {WORKER} "$PWD/ranks-$SLURM_JOB_ID"
-"""
 
 # ---------------------------------------------------------------- the cluster itself
 
@@ -98,7 +83,7 @@ def test_second_cluster_coexists_and_stop_leaves_nothing(multihost_cluster, tmp_
 
 def test_torchrun_rendezvous_across_two_hosts(multihost_cluster):
     c = multihost_cluster
-    j = c.submit(torchrun_script(nodes=2, nproc_per_node=2), "-N", "2", "--ntasks-per-node=1",
+    j = c.submit(multihost.torchrun_script(nodes=2, nproc_per_node=2), "-N", "2", "--ntasks-per-node=1",
                  "--time=00:05:00", name="rdzv")
     info = c.wait_job(j, timeout=300)
     out = c.output(j, "rdzv")
