@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000003
 from __future__ import annotations
-import contextlib, dataclasses, io, itertools, json, math, os, pickle, random, shutil, socket, struct, threading
+import contextlib, dataclasses, hashlib, io, itertools, json, math, os, pickle, random, shutil, socket, struct, threading
 import time, uuid, zipfile
 from pathlib import Path
 import numpy as np
@@ -25,11 +25,11 @@ from . import patches
 from .topology import seed_all
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'READERS', 'LEASE_STALE_S', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'CheckpointError', 'write_pieces',
-           'dcp_metadata', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save', 'step_tag',
-           'latest_checkpoint', 'clean_partial', 'live_leases', 'reading', 'prune_checkpoints', 'Checkpointer',
-           'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout', 'check_rng', 'load_checkpoint',
-           'load_weights', 'read_tensors', 'write_weights']
+__all__ = ['ADAM_KEYS', 'DIGESTS', 'READERS', 'LEASE_STALE_S', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'CheckpointError',
+           'write_pieces', 'dcp_metadata', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state',
+           'atomic_save', 'step_tag', 'latest_checkpoint', 'clean_partial', 'live_leases', 'reading',
+           'prune_checkpoints', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint',
+           'same_layout', 'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000007
 def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
@@ -92,24 +92,33 @@ def _exact(t: torch.Tensor) -> bool:
     "Whether `torch.save(t)` writes exactly `t`'s values, row-major (not a view into a larger storage)."
     return t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes
 
-def write_pieces(path, items: list, after_each=None) -> list[tuple]:
-    "Write `items` [(key, full size, offsets, tensor or a function making it)] into data file `path`, in turn."
+class _Digesting:
+    "A file being written, with the sha256 of every byte written through it."
+    def __init__(self, f): self.f, self.sha = f, hashlib.sha256()
+    def write(self, b):
+        self.sha.update(b)
+        return self.f.write(b)
+    def flush(self): self.f.flush()
+
+def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
+    "Write `items` [(key, full size, offsets, tensor or its maker)] into data file `path`: (records, sha256)."
     path, out = Path(path), []
-    with open(path, "wb") as f:
+    with open(path, "wb") as raw:
+        f = _Digesting(raw)                                   # the file's digest, made as it is written
         for i in range(len(items)):
             key, size, offsets, t = items[i]
             items[i] = None                                   # a staged copy goes as soon as it is written
             t = (t() if callable(t) else t).detach().cpu()
             if not _exact(t): t = t.clone(memory_format=torch.contiguous_format)
-            start = f.tell()
+            start = raw.tell()
             torch.save(t, f)
             out.append((key, tuple(size), tuple(offsets), tuple(t.shape), t.dtype, path.name, start,
-                        f.tell() - start))
+                        raw.tell() - start))
             t = None
             if after_each: after_each(i)
-        f.flush()
-        os.fsync(f.fileno())
-    return out
+        raw.flush()
+        os.fsync(raw.fileno())
+    return out, f.sha.hexdigest()
 
 def dcp_metadata(records) -> Metadata:
     "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless each tensor is covered once."
@@ -329,6 +338,7 @@ def clean_partial(run_dir) -> list[Path]:
     for p in bad: shutil.rmtree(p, ignore_errors=True)
     return bad
 
+DIGESTS = "digests.json"               # in each checkpoint: the sha256 of every data file
 READERS = ".readers"                  # beside the checkpoint folders: one lease file per reader
 LEASE_STALE_S = 24 * 3600             # another host's lease older than this is a dead reader's
 
@@ -419,11 +429,14 @@ def _hold_steps() -> int:
     "Fault injection for tests: `MTNLG_INJECT_HOLD_WRITE=N` holds an async save's writing for N more steps."
     return int(os.environ.get("MTNLG_INJECT_HOLD_WRITE", "0"))
 
-def _commit(d: Path, records: list, state: dict, cfg: RunConfig, layout: dict | None, run=None, protect=()):
-    "Make folder `d` a checkpoint (one process): `.metadata`, state and config; then `COMPLETE`; then `latest`."
+def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
+            protect=()):
+    "Make folder `d` a checkpoint (one process): `.metadata`, digests, state, config; then `COMPLETE`; then `latest`."
     step = state["step"]
     _inject_kill("metadata", step, 0)
     with atomic_file(d / ".metadata", "wb") as f: pickle.dump(dcp_metadata(records), f)
+    # each data file's sha256, made by its rank as it wrote: what identifies these weights (runs.checkpoint_identity)
+    atomic_write_text(d / DIGESTS, json.dumps({"sha256": dict(sorted(digests.items()))}, indent=1))
     atomic_write_text(d / "train_state.json", json.dumps(dict(state, layout=layout), indent=1))
     save_config(cfg, d / "config.json")
     _inject_kill("complete", step, 0)
@@ -440,6 +453,7 @@ class _Save:
     held: threading.Event
     thread: threading.Thread | None = None
     records: list | None = None
+    digest: str | None = None
     error: BaseException | None = None
     steps_since: int = 0
 
@@ -477,8 +491,8 @@ class Checkpointer:
         try:
             if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
             step, rank = job.state["step"], self.topo.rank
-            job.records = write_pieces(job.folder / f"__{rank}_0.distcp", items,
-                                       after_each=lambda i: _inject_kill("data", step, rank))
+            job.records, job.digest = write_pieces(job.folder / f"__{rank}_0.distcp", items,
+                                                   after_each=lambda i: _inject_kill("data", step, rank))
             atomic_save(rng, job.folder / "rng" / f"rank{rank:05d}.pt")
             fsync_dir(job.folder)                                 # the data file's and rng/'s names
         except BaseException as e: job.error = e
@@ -514,13 +528,14 @@ class Checkpointer:
             why = f"this rank failed: {job.error!r}" if job.error else "another rank failed (see its log)"
             raise CheckpointError(f"rank {topo.rank}: writing {job.folder} failed ({why}); the checkpoint is not "
                                   f"completed, the previous one stays latest; fix the cause and --resume")
-        records = [None] * topo.world_size if topo.rank == 0 else None
-        dist.gather_object(job.records, records, dst=0)
+        written = [None] * topo.world_size if topo.rank == 0 else None
+        dist.gather_object((job.records, job.digest), written, dst=0)
         if topo.rank == 0:
             layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp,
                           partition_method=self.cfg.parallel.partition_method)
-            _commit(job.folder, [r for rs in records for r in rs], job.state, self.cfg, layout, self.run,
-                    self.protect)
+            records = [r for rs, _ in written for r in rs]
+            digests = {f"__{r}_0.distcp": sha for r, (_, sha) in enumerate(written)}      # every rank's file
+            _commit(job.folder, records, digests, job.state, self.cfg, layout, self.run, self.protect)
         if not self.cfg.async_checkpoint: dist.barrier()        # a sync save returns once committed
         return job.folder
 
@@ -629,7 +644,8 @@ def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path
     _make_dir(ck)
     items = [(f"model/{n}", s, [0] * len(s), lambda n=n: tensor(n).float())
              for n, s in full_shapes(cfg.model).items()]
-    records = write_pieces(ck / "__0_0.distcp", items)
+    records, sha = write_pieces(ck / "__0_0.distcp", items)
     fsync_dir(ck)
-    _commit(ck, records, {**dict(step=0, consumed_samples=0, tokens=0, skipped=0), **(state or {})}, cfg, None)
+    state = {**dict(step=0, consumed_samples=0, tokens=0, skipped=0), **(state or {})}
+    _commit(ck, records, {"__0_0.distcp": sha}, state, cfg, None)
     return ck

@@ -409,13 +409,15 @@ def cache_root(cache_dir=None) -> Path:
     return Path(cache_dir or os.environ.get("MTNLG_CACHE") or Path.home() / ".cache" / "mtnlg").expanduser()
 
 # %% ../nbs/00_config.ipynb #bf0c683e
-_HASHES: dict = {}   # (path, sizes and mtimes of its files) -> sha256
+_HASHES: dict = {}   # (path, each file's inode, size, mtime and ctime) -> sha256
 
 def file_sha256(p) -> str:
-    "sha256 of a file, or of a folder's files (names and contents, sorted); cached by size and mtime."
+    "sha256 of a file, or of a folder's files (names and contents, sorted); cached while no file changes."
     p = Path(p)
     files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
-    key = (str(p), tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    # ctime: the kernel sets it on every write or rename, so `cp -p` (size and mtime kept) cannot fake the key
+    stats = [f.stat() for f in files]
+    key = (str(p), tuple((s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats))
     if key not in _HASHES:
         h = hashlib.sha256()
         for f in files:

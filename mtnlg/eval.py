@@ -10,25 +10,25 @@ from typing import Callable, Protocol
 import torch
 import torch.distributed as dist
 from lm_eval.api.model import LM, TemplateLM
-from .config import EvalError, atomic_path, atomic_write_text
+from .config import EvalError, atomic_write_text
 from . import patches
 from .tokenizer import get_tokenizer
 from .topology import init_distributed, cpu_malloc_reuse, is_verbose, shutdown
 from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
-from .tasks import (TASKS, ENV_DATA, load_docs, parse_shots, parse_tasks, task_config, task_identity,
-                         task_source, task_yaml)
+from .tasks import (TASKS, ENV_DATA, load_docs, parse_tasks, task_config, task_shots, task_source,
+                         task_yaml)
 from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
-                        run_tokenizer, tokenizer_identity)
+                        run_tokenizer)
 from .jobs import launch_ranks, place, rank_entry, under_launcher
 from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until, lm_eval_sampling
+from .results import result_path, provenance, results_table, reusable, write_report
 
 # %% auto #0
 __all__ = ['GENERATE', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
            'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator', 'scorer_generator', 'window_report',
-           'evaluate_task', 'provenance', 'evaluate', 'results_table', 'markdown_table', 'plot_results', 'write_report',
-           'load_model_for_eval', 'cli_parser', 'cli_run']
+           'evaluate_task', 'evaluate', 'load_model_for_eval', 'cli_parser', 'cli_run']
 
 # %% ../nbs/07_eval.ipynb #25e7dde0
 class Scorer(Protocol):
@@ -423,13 +423,6 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     return r
 
 # %% ../nbs/07_eval.ipynb #61e0ca70
-def _result_path(out_dir, task, k): return Path(out_dir) / f"{task}_{k}shot.json"
-
-def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, tokenizer) -> dict:
-    "Everything a stored result must match to be reused: model, tokenizer, task and data, shots, limit, seed."
-    return {"model": model, "tokenizer": tokenizer_identity(tokenizer), "task": task_identity(name, k, data),
-            "shots": k, "limit": limit, "seed": seed}
-
 def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None,
              seed: int = 1234, tokenizer=None, log: Callable | None = print, write: bool = True,
              model: dict | None = None, keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
@@ -437,17 +430,21 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
     # model: what produced the scores (`checkpoint_identity` / `hf_identity`); nothing is reused without it
     if limit is not None and limit < 1:
         raise EvalError(f"limit {limit}: want a number of examples >= 1 (or none)")
-    names, ks = parse_tasks(tasks, data, log), parse_shots(shots)
-    for name in names: task_source(name, data)            # every file present before any work
+    names = parse_tasks(tasks, data, log)
+    for name in names:                                    # all input checked before any work
+        task_shots(name, shots)
+        task_source(name, data)
     tokenizer = tokenizer or getattr(scorer, "tok", None) or get_tokenizer("gpt2")
     # generator: what decodes lm-eval's generative tasks (`generate_until`)
     lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)
     results = []
+    if log and model is not None and not reusable(model):
+        log(f"{model.get('checkpoint')}: {model.get('unidentified', 'no content fingerprint: scores not reused')}")
     for name in names:
-        for k in ks:
+        for k in task_shots(name, shots):
             prov = provenance(name, k, limit, seed, data, model, tokenizer)
-            p = _result_path(out_dir, name, k) if out_dir else None
-            if p is not None and p.exists() and model is not None:
+            p = result_path(out_dir, name, k) if out_dir else None
+            if p is not None and p.exists() and reusable(model):
                 old = json.loads(p.read_text())
                 if old.get("provenance") == prov:
                     results.append({**old, "cached": True})
@@ -467,56 +464,6 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
             if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}, {r['seconds']} s)")
     if out_dir and write: write_report(results, out_dir)
     return results
-
-# %% ../nbs/07_eval.ipynb #f70904cb
-def results_table(results: list[dict]):
-    "Paper-style table: one row per task, one column per shot count (headline accuracy, %)."
-    import pandas as pd
-    df = pd.DataFrame([{"task": r["task"], "metric": r["metric"], "shots": f"{r['shots']}-shot",
-                        "accuracy": round(100 * r["accuracy"], 2)} for r in results])
-    t = df.pivot_table(index=["task", "metric"], columns="shots", values="accuracy", sort=False)
-    return t[sorted(t.columns, key=lambda c: int(c.split("-")[0]))]
-
-def markdown_table(df) -> str:
-    "A pandas table (from `results_table`) as a Markdown table."
-    cols = list(df.columns)
-    lines = ["| task | metric | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
-    for (task, metric), row in df.iterrows():
-        lines.append(f"| {task} | {metric} | " + " | ".join("" if v != v else f"{v:.2f}" for v in row) + " |")
-    return "\n".join(lines) + "\n"
-
-def plot_results(results: list[dict], path=None):
-    "Seaborn plot of accuracy against shots, one line per task (saved atomically to `path` when given)."
-    import pandas as pd, seaborn as sns
-    # no pyplot: the caller's backend stays as it is
-    from matplotlib.figure import Figure
-    df = pd.DataFrame([{"task": r["task"], "shots": r["shots"], "accuracy": 100 * r["accuracy"]}
-                       for r in results])
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
-    sns.lineplot(df, x="shots", y="accuracy", hue="task", marker="o", ax=ax)
-    for r in {r["task"]: r for r in results}.values():
-        if r.get("chance"): ax.axhline(100 * r["chance"], ls=":", lw=0.8, color="gray")
-    ax.set(xlabel="shots (k)", ylabel="accuracy (%)", xticks=sorted(df.shots.unique()),
-           title="Accuracy vs shots")
-    fig.tight_layout()
-    if path is not None:
-        with atomic_path(path) as tmp: fig.savefig(tmp, dpi=120)
-    return fig
-
-def write_report(results: list[dict], out_dir):
-    "`results.json`, `results.md` and `accuracy_vs_shots.png` in `out_dir`: the finished pairs of this model."
-    d = Path(out_dir)
-    who = (results[0].get("provenance") or {}).get("model") if results else None
-    stored = [json.loads(p.read_text()) for p in sorted(d.glob("*shot.json"))]
-    stored = [r for r in stored if (r.get("provenance") or {}).get("model") == who]     # never mix models
-    allr = {(r["task"], r["shots"]): {k: v for k, v in r.items() if k != "cached"}
-            for r in stored + list(results)}
-    rows = sorted(allr.values(), key=lambda r: (list(TASKS).index(r["task"]), r["shots"]))
-    atomic_write_text(d / "results.json", json.dumps(rows, indent=1))
-    atomic_write_text(d / "results.md", markdown_table(results_table(rows)))
-    plot_results(rows, d / "accuracy_vs_shots.png")
-    return rows
 
 # %% ../nbs/07_eval.ipynb #0b6e96a7
 def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32",
@@ -548,7 +495,8 @@ def cli_parser(parser):
     parser.add_argument("--tasks", default="paper",
                         help=f"comma-separated tasks, or 'paper' (every task whose data "
                         f"is present; 'all' is the same): {', '.join(TASKS)}")
-    parser.add_argument("--shots", default="0,1,5", help="comma-separated shot counts, e.g. 0,1,5")
+    parser.add_argument("--shots", default="0,1,5",
+                        help="comma-separated shot counts, e.g. 0,1,5; 'paper': each task's own counts in the paper")
     parser.add_argument("--limit", type=int, default=None,
                         help="first N documents of each task (default: all)")
     parser.add_argument("--data", default=None,
@@ -596,8 +544,10 @@ def _cli_run(args) -> int:
     rank0 = int(os.environ.get("RANK", 0)) == 0
     say = (lambda m: print(m, file=sys.stderr)) if rank0 else None
     if args.limit is not None and args.limit < 1: raise EvalError(f"--limit {args.limit}: want >= 1")
-    names, ks = parse_tasks(args.tasks, args.data, say), parse_shots(args.shots)
-    for n in names: task_source(n, args.data)               # bad input fails before the model loads
+    names = parse_tasks(args.tasks, args.data, say)
+    for n in names:                                         # bad input fails before the model loads
+        task_shots(n, args.shots)
+        task_source(n, args.data)
     if args.batch_size < 1: raise EvalError(f"--batch-size {args.batch_size}: want >= 1")
     if min(args.tp, args.pp, args.dp) < 1:
         raise EvalError(f"--tp {args.tp} --pp {args.pp} --dp {args.dp}: want sizes >= 1")
@@ -612,7 +562,7 @@ def _cli_run(args) -> int:
     if args.checkpoint and not Path(args.checkpoint).exists():
         raise EvalError(f"--checkpoint {args.checkpoint}: no such run directory; pass the "
                         "run folder of `mtnlg train`")
-    if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names, ks)
+    if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names)
     parallel = world > 1
     # --json: stdout carries only the JSON
     with redirect_stdout(sys.stderr) if args.json else nullcontext():
@@ -631,7 +581,7 @@ def _cli_run(args) -> int:
         if parallel and not rank0: follow_forwards(scorer, tok); res = None
         else:
             if parallel: lead_forwards(scorer)
-            try: res = evaluate(scorer, names, ks, args.limit, out, args.data, args.seed, tokenizer=tok,
+            try: res = evaluate(scorer, names, args.shots, args.limit, out, args.data, args.seed, tokenizer=tok,
                                 log=print if not args.json else None, model=model,
                                 keep_loglikelihoods=args.log_samples)
             finally:
@@ -650,7 +600,7 @@ def _rank_argv(args) -> list[str]:
         if v is not None: argv += [flag, str(v)]
     return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])
 
-def _launch(args, names, ks) -> int:
+def _launch(args, names) -> int:
     "Check the layout, run `python -m mtnlg.eval` on tp x pp x dp processes, print rank 0's results."
     _, ck = inference_config(args.checkpoint, args.tp, args.pp, dp=args.dp)   # a misfit fails before any process
     placement = place(args.tp, args.pp, args.dp)                    # ranks in all, TP inside a node, or refused
@@ -663,8 +613,8 @@ def _launch(args, names, ks) -> int:
               file=sys.stderr)
         return 1
     if args.json:
-        _print_results([json.loads(_result_path(out, t, k).read_text()) for t in names for k in ks], args,
-                       out)
+        done = [result_path(out, t, k) for t in names for k in task_shots(t, args.shots)]
+        _print_results([json.loads(p.read_text()) for p in done], args, out)
     return 0
 
 # %% ../nbs/07_eval.ipynb #bff0b7a5

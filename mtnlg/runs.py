@@ -8,8 +8,8 @@ import dataclasses, hashlib, json, re
 from pathlib import Path
 from .config import ConfigError, EvalError, ParallelConfig, file_sha256, load_config
 from .topology import check_layout
-from .checkpoint import check_checkpoint, latest_checkpoint
-from .tokenizer import get_tokenizer
+from .checkpoint import DIGESTS, check_checkpoint, latest_checkpoint
+from .tokenizer import get_tokenizer, gpt2_files
 
 # %% auto #0
 __all__ = ['find_checkpoint', 'inference_config', 'is_hf_model_dir', 'checkpoint_identity', 'hf_identity', 'tokenizer_identity',
@@ -58,40 +58,33 @@ def _small_hash(h, p: Path, base: Path):
     h.update(str(p.relative_to(base)).encode()); h.update(p.read_bytes())
 
 def checkpoint_identity(ck, run_dir=None) -> dict:
-    "Checkpoint folder, step, and a fingerprint of its small files (config, train state, metadata) and stats."
+    "Checkpoint folder, step, and a fingerprint of its weights' digests, metadata, state and configs."
     ck = Path(ck).resolve()
     folder = ck if ck.is_dir() else ck.parent
     run = Path(run_dir).resolve() if run_dir else folder.parent.parent
     h = hashlib.sha256(str(folder).encode())
     for p in [run / "config.json", folder / "config.json"]:
         if p.is_file(): _small_hash(h, p, p.parent)
-    files = sorted(f for f in folder.rglob("*") if f.is_file())
-    files = [f for f in files if f.relative_to(folder).parts[0] != "eval"]     # eval/ holds results, not the model
-    for f in files:
-        if f.suffix in (".json", ".metadata"): _small_hash(h, f, folder)
-        # weights: names, sizes and mtimes only, never read
-        st = f.stat()
-        h.update(f"{f.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    # the weights by content: digests.json (each data file's sha256, made at save); never the weights themselves,
+    # so identifying a 530B checkpoint reads a few KB. Sizes and mtimes are not content (`cp -p` keeps both).
+    for f in sorted(folder.glob("*.json")) + sorted(folder.glob(".metadata")): _small_hash(h, f, folder)
+    fingerprint = h.hexdigest() if (folder / DIGESTS).is_file() else None
     step = None
     if (folder / "train_state.json").is_file():
         step = json.loads((folder / "train_state.json").read_text()).get("step")
     if step is None:
         nums = re.findall(r"\d+", folder.name)
         step = int(nums[-1]) if nums else None
-    return {"checkpoint": str(folder), "step": step, "fingerprint": h.hexdigest()}
+    out = {"checkpoint": str(folder), "step": step, "fingerprint": fingerprint}
+    if fingerprint is None: out["unidentified"] = f"no {DIGESTS} (an older or foreign checkpoint): scores not reused"
+    return out
 
 def hf_identity(hf_dir) -> dict:
-    "An HF folder, fingerprinted by config.json and the safetensors headers, sizes and mtimes."
+    "An HF folder, fingerprinted by the sha256 of every file in it (weights, config, tokenizer)."
     d = Path(hf_dir).resolve()
     h = hashlib.sha256(str(d).encode())
-    if (d / "config.json").is_file(): _small_hash(h, d / "config.json", d)
-    for f in sorted(d.iterdir()):
-        if not f.is_file(): continue
-        st = f.stat()
-        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-        if f.suffix == ".safetensors":
-            with open(f, "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little"); h.update(fh.read(min(n, 1 << 26)))
+    for f in sorted(p for p in d.iterdir() if p.is_file()):          # read whole: one process loads it whole anyway
+        h.update(f"{f.name}:{file_sha256(f)}".encode())
     return {"checkpoint": str(d), "step": None, "fingerprint": h.hexdigest()}
 
 def tokenizer_identity(tok) -> dict:
@@ -111,8 +104,30 @@ def run_tokenizer(run_dir):
         spec = str(p.parent / spec)
     return get_tokenizer(spec)
 
+def _bpe_of(d: Path) -> tuple[dict, list] | None:
+    "(vocabulary, merges) of the BPE files in HF folder `d` (vocab.json + merges.txt, or tokenizer.json)."
+    if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
+        merges = (d / "merges.txt").read_text(encoding="utf-8").splitlines()
+        return json.loads((d / "vocab.json").read_text(encoding="utf-8")), merges
+    if (d / "tokenizer.json").is_file():
+        model = json.loads((d / "tokenizer.json").read_text(encoding="utf-8")).get("model") or {}
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+        return model.get("vocab") or {}, merges
+    return None
+
 def hf_tokenizer(hf_dir):
-    "The tokenizer of an HF folder: its sentencepiece `tokenizer.model` if any, else GPT-2 BPE."
-    sp = Path(hf_dir) / "tokenizer.model"
-    return get_tokenizer(str(sp) if sp.is_file() else "gpt2")
+    "The tokenizer of an HF folder: its `tokenizer.model`, or GPT-2 BPE when its BPE files are GPT-2's."
+    d = Path(hf_dir)
+    if (d / "tokenizer.model").is_file(): return get_tokenizer(str(d / "tokenizer.model"))
+    bpe = _bpe_of(d)
+    if bpe is None:
+        raise EvalError(f"HF folder {d}: no tokenizer files (tokenizer.model, vocab.json + merges.txt, or "
+                        "tokenizer.json); put the model's own tokenizer beside its weights (mtnlg export does)")
+    vocab_bpe, encoder = gpt2_files()
+    gpt2 = json.loads(encoder.read_text(encoding="utf-8")), vocab_bpe.read_text(encoding="utf-8").splitlines()
+    strip = lambda merges: [m for m in merges if m.strip() and not m.startswith("#version")]
+    if bpe[0] != gpt2[0] or strip(bpe[1]) != strip(gpt2[1]):
+        raise EvalError(f"HF folder {d}: its BPE tokenizer is not GPT-2's (vocabulary or merges differ); mtnlg "
+                        "scores with GPT-2 BPE or a sentencepiece tokenizer.model, so its scores would be wrong")
+    return get_tokenizer("gpt2")
 

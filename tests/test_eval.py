@@ -163,9 +163,32 @@ def test_reuse_only_when_everything_matches(hf_dir, data, tmp_path):
     shutil.copytree(hf_dir, ck)
     before = RN.checkpoint_identity(ck)
     assert before["step"] == 3 and before["checkpoint"] == str(ck.resolve())
-    os.utime(ck / "model.safetensors", ns=(1, 1))                 # more training rewrites the weights: new fingerprint
-    assert RN.checkpoint_identity(ck)["fingerprint"] != before["fingerprint"]
+    assert before["fingerprint"] is None and not ev.reusable(before)        # no digests.json: never reused
+    n, _ = run(model=before)
+    assert n > 0 and run(model=before)[0] > 0
     assert RN.tokenizer_identity(get_tokenizer("gpt2"))["spec"] == "gpt2"
+
+def test_other_weights_with_equal_size_and_mtime_get_their_own_score(hf_dir, hf_dir_b, data, tmp_path):
+    "Weights replaced in place by others of the same size, mtimes kept (`cp -p`): scored again, as the others."
+    import shutil
+    flags = ["--tasks", "piqa", "--shots", "0", "--limit", "20", "--data", data, "--json", "--log-samples"]
+    here = tmp_path / "model"
+    shutil.copytree(hf_dir, here)
+    rc, a = _cli("--hf-model", here, *flags, "--out", tmp_path / "out")
+    first = json.loads((tmp_path / "out" / "piqa_0shot.json").read_text())["provenance"]["model"]["fingerprint"]
+    w = here / "model.safetensors"
+    st = w.stat()
+    assert (hf_dir_b / "model.safetensors").stat().st_size == st.st_size
+    shutil.copyfile(hf_dir_b / "model.safetensors", w)
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))               # same size, same mtime, other weights
+    rc2, b = _cli("--hf-model", here, *flags, "--out", tmp_path / "out")
+    rc3, b_fresh = _cli("--hf-model", hf_dir_b, *flags, "--out", tmp_path / "fresh")
+    assert rc == rc2 == rc3 == 0
+    stored = json.loads((tmp_path / "out" / "piqa_0shot.json").read_text())
+    fresh = json.loads((tmp_path / "fresh" / "piqa_0shot.json").read_text())
+    assert stored["loglikelihoods"] == fresh["loglikelihoods"] and "cached" not in stored
+    assert json.loads(b) == json.loads(b_fresh)
+    assert stored["provenance"]["model"]["fingerprint"] != first and json.loads(a) != json.loads(b)
 
 # ---------------------------------------------------------------- every paper task on the local data
 @pytest.fixture(scope="module")
