@@ -120,17 +120,18 @@ def model_state_bytes(n_params: int, precision: str = "bf16", zero_stage: int = 
 
 # %% ../nbs/01_memory.ipynb #cc000002
 def checkpoint_cost(cfg: RunConfig, fs_gb_per_s: float = 100.0, gpus_per_node: int = 8,
-                    stage_gb_per_s: float = 12.0) -> dict:
+                    stage_gb_per_s: float = 12.0, sha256_gb_per_s: float = 0.5) -> dict:
     "Bytes of one checkpoint (in all, per rank, per host), its write seconds, and the training seconds a save stops."
     n, p = param_counts(cfg.model)["total_unpadded"], cfg.parallel
     per_rank = max(stage_params(cfg)) * 12 / p.dp                # fp32 master + m + v of one ZeRO fragment
     total, host = 12 * n, per_rank * min(gpus_per_node, p.world_size)
     write_s = total / (fs_gb_per_s * 1e9)
     stage_s = per_rank / (stage_gb_per_s * 1e9)                  # each rank copies its fragment to host memory
+    digest_s = per_rank / (sha256_gb_per_s * 1e9)                # each rank's sha256 of its file, as it writes
     return dict(total_bytes=total, weights_fp32_bytes=4 * n, adam_bytes=8 * n,
                 bf16_weights_not_stored_bytes=2 * n, deepspeed_format_bytes=14 * n, per_rank_bytes=per_rank,
-                per_host_bytes=host, ranks=p.world_size, write_s=write_s, stage_s=stage_s,
-                lost_per_save_sync_s=write_s, lost_per_save_async_s=stage_s, async_host_bytes=host)
+                per_host_bytes=host, ranks=p.world_size, write_s=write_s, stage_s=stage_s, digest_s=digest_s,
+                lost_per_save_sync_s=write_s + digest_s, lost_per_save_async_s=stage_s, async_host_bytes=host)
 
 # %% ../nbs/01_memory.ipynb #258a9c38
 RECOMPUTE = ("none", "selective", "full")
