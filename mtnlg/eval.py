@@ -13,7 +13,7 @@ from lm_eval.api.model import LM, TemplateLM
 from .config import EvalError, atomic_write_text
 from . import patches
 from .tokenizer import get_tokenizer
-from .topology import init_distributed, cpu_malloc_reuse, is_verbose, shutdown
+from .topology import init_distributed, is_verbose, shutdown
 from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
@@ -471,7 +471,9 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     "(`TokenScorer` over the run's model at a tp x pp x dp layout, checkpoint folder); call it on every rank."
     cfg, ck = inference_config(run_dir, tp, pp, precision, dp)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
-    cpu_malloc_reuse()                                        # CPU: large logits reuse pages (02_topology)
+    # no `cpu_malloc_reuse` here: evaluation's shapes change batch to batch, and on glibc's heap without mmap the
+    # freed logits of one shape do not fit the next, so memory only grows (TP2 x PP2 x DP2, HellaSwag 5-shot, batch
+    # 16: last-stage ranks 1.6 -> 5 GB over 100 documents and killed at 8 GB; glibc's defaults: flat at 1.6-2 GB)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if tp * pp * dp == 1:
         model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)

@@ -16,6 +16,7 @@ from mtnlg import tasks as TS
 HANS = ROOT / "tests" / "data"
 PARITY_TASKS = ["lambada", "piqa", "hellaswag"]
 PARITY_LIMIT = 200
+PARITY_SHOTS = [0, 5]                  # 5 shots: prompts over the 256-token window, cut as lm-eval cuts
 
 @pytest.fixture(scope="module")
 def data(fixture_data): return fixture_data / "eval"
@@ -79,24 +80,29 @@ def parity(parity_run, data, tmp_path_factory):
     from lm_eval.models.huggingface import HFLM
     hf_dir, run_dir = parity_run
     hf = HFLM(pretrained=str(hf_dir), batch_size=32, device="cpu", dtype="float32")
-    ref = {n: ev.evaluate_task(hf, n, 0, PARITY_LIMIT, data, keep_loglikelihoods=True) for n in PARITY_TASKS}
+    ref = {(n, k): ev.evaluate_task(hf, n, k, PARITY_LIMIT, data, keep_loglikelihoods=True)
+           for n in PARITY_TASKS for k in PARITY_SHOTS}
     out = tmp_path_factory.mktemp("tp2pp2")
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
     p = subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run_dir), "--tasks",
-                        ",".join(PARITY_TASKS), "--shots", "0", "--limit", str(PARITY_LIMIT), "--data", str(data),
+                        ",".join(PARITY_TASKS), "--shots", ",".join(map(str, PARITY_SHOTS)),
+                        "--limit", str(PARITY_LIMIT), "--data", str(data),
                         "--tp", "2", "--pp", "2", "--dp", "2", "--batch-size", "16", "--log-samples", "--json",
                         "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
-    ours = {n: json.loads((out / f"{n}_0shot.json").read_text()) for n in PARITY_TASKS}
+    ours = {(n, k): json.loads((out / f"{n}_{k}shot.json").read_text())
+            for n in PARITY_TASKS for k in PARITY_SHOTS}
     return ref, ours, json.loads(p.stdout)
 
 @pytest.mark.slow
+@pytest.mark.parametrize("k", PARITY_SHOTS)
 @pytest.mark.parametrize("name", PARITY_TASKS)
-def test_parity_with_lm_eval_hf(parity, name):
-    "Per-request log-likelihoods within 1e-4 and identical acc / acc_norm, document by document."
+def test_parity_with_lm_eval_hf(parity, name, k):
+    "Per-request log-likelihoods within 1e-4 and identical acc / acc_norm, document by document (5 shots: cut)."
     ref, ours, printed = parity
-    a, b = ref[name], ours[name]
+    a, b = ref[name, k], ours[name, k]
+    if k: assert b["window"]["docs_over_window"] > 0           # the 256-token window cuts 5-shot prompts: both sides
     assert a["n"] == b["n"] == PARITY_LIMIT
     la, lb = a["loglikelihoods"], b["loglikelihoods"]
     assert [len(x) for x in la] == [len(x) for x in lb]
@@ -108,13 +114,13 @@ def test_parity_with_lm_eval_hf(parity, name):
     print(f"{name}: largest |log-likelihood difference| {worst:.2e} over {len(pairs)} requests")
     assert all(abs(x - y) <= b for (x, y), b in zip(pairs, bound))
     assert (a["acc"], a["acc_norm"], a["correct"]) == (b["acc"], b["acc_norm"], b["correct"])
-    assert printed[f"{name}/0shot"] == b["accuracy"]
+    assert printed[f"{name}/{k}shot"] == b["accuracy"]
 
 @pytest.mark.slow
 def test_tp_pp_results_say_what_produced_them(parity, parity_run):
     _, ours, _ = parity
     run_dir = parity_run[1]
-    prov = ours["piqa"]["provenance"]
+    prov = ours["piqa", 0]["provenance"]
     assert prov["model"]["checkpoint"].startswith(str(run_dir.resolve())) and len(prov["model"]["fingerprint"]) == 64
     assert prov["tokenizer"]["spec"] == "gpt2" and prov["task"]["lm_eval"] == "0.4.13"
     assert prov["model"]["precision"] == "fp32"
