@@ -1,6 +1,7 @@
 """mtnlg.plan: paper numbers, exact parameter count against megatron-core, rank placement against DeepSpeed and
 megatron-core, model-state bytes against a real optimizer, and the `mtnlg plan` command."""
 import json, os, subprocess, sys, textwrap
+from pathlib import Path
 from dataclasses import replace
 import pytest
 from conftest import ROOT, free_port
@@ -151,7 +152,7 @@ def test_cli_layout_that_does_not_fit_exits_1(capsys):
     assert rc == 1 and "DOES NOT FIT" in out and "does not fit" in err
 
 def test_console_script():
-    exe = ROOT / ".venv" / "bin" / "mtnlg"
+    exe = Path(sys.executable).parent / "mtnlg"              # the environment running the tests, wherever it is
     out = subprocess.run([str(exe), "plan", *ISSUE_EXAMPLE], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["layout"]["pp"] == 35
