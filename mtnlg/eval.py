@@ -472,8 +472,9 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     cfg, ck = inference_config(run_dir, tp, pp, precision, dp)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     # no `cpu_malloc_reuse` here: evaluation's shapes change batch to batch, and on glibc's heap without mmap the
-    # freed logits of one shape do not fit the next, so memory only grows (TP2 x PP2 x DP2, HellaSwag 5-shot, batch
-    # 16: last-stage ranks 1.6 -> 5 GB over 100 documents and killed at 8 GB; glibc's defaults: flat at 1.6-2 GB)
+    # freed logits of one shape do not fit the next, so memory grows with the run (benchmarks/eval_malloc.py: peak
+    # 1.7x glibc's defaults in one process over 100 HellaSwag 5-shot documents; TP2 x PP2 x DP2 ranks were killed at
+    # 8 GB over 200), for 1.6x the speed on CPU
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     if tp * pp * dp == 1:
         model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
