@@ -4,7 +4,7 @@
 
 # %% ../nbs/00b_patches.ipynb #6ac1a52e
 from __future__ import annotations
-import contextlib, importlib, logging, sys
+import contextlib, functools, importlib, logging, sys
 from dataclasses import dataclass
 from typing import Callable
 from importlib.metadata import version as installed_version
@@ -12,8 +12,9 @@ from importlib.metadata import version as installed_version
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
-           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'dcp_storage_info', 'dcp_storage_location',
-           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
+           'import_deepspeed_muon', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
+           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -188,6 +189,43 @@ def rank_zero_without_group():
     dist.get_rank = lambda *a, **k: 0
     try: yield
     finally: dist.get_rank = orig
+
+# %% ../nbs/00b_patches.ipynb #4805e481
+def _compile_on_first_call(compile_):
+    "A `torch.compile` that compiles a function at its first call instead of where it is decorated."
+    def lazy(model=None, **options):
+        if model is None: return lambda m: lazy(m, **options)
+        compiled = []
+        @functools.wraps(model)
+        def call(*args, **kwargs):
+            if not compiled: compiled.append(compile_(model, **options))
+            return compiled[0](*args, **kwargs)
+        return call
+    return lazy
+
+@contextlib.contextmanager
+def compile_on_first_call():
+    "Inside the block `torch.compile(fn)` compiles `fn` at its first call (for imports that decorate functions)."
+    import torch
+    compile_ = torch.compile
+    torch.compile = _compile_on_first_call(compile_)
+    try: yield
+    finally: torch.compile = compile_
+
+@_registered("megatron-core", "0.16.1", ["megatron.core.jit:jit_fuser"],
+             "its fusions are decorated with torch.compile at import, which loads inductor in every process")
+def import_megatron():
+    "Import megatron-core, its fusions compiled at their first call rather than at import."
+    if "megatron.core" not in sys.modules:
+        with compile_on_first_call(): import megatron.core
+    return sys.modules["megatron.core"]
+
+@_registered("deepspeed", "0.19.8", ["deepspeed.runtime.zero.muon.original_muon:zeropower_via_newtonschulz5"],
+             "ZeRO's optimizer check imports DeepSpeed's Muon, whose functions are decorated with torch.compile")
+def import_deepspeed_muon():
+    "Import DeepSpeed's Muon optimizer (ZeRO's optimizer check does), compiled at first call rather than at import."
+    if "deepspeed.runtime.zero.muon.muon_optimizer" not in sys.modules:
+        with compile_on_first_call(): import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
 
 # %% ../nbs/00b_patches.ipynb #d7c10a02
 @_registered("torch", "2.13.0", ["torch.distributed.checkpoint.filesystem:_StorageInfo"],

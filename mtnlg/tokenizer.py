@@ -8,6 +8,7 @@ import functools, importlib.util
 from pathlib import Path
 from typing import Iterable
 from .config import DataError
+from .patches import import_megatron
 
 # %% auto #0
 __all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'gpt2_files', 'gpt2_encoding', 'get_tokenizer', 'train_sentencepiece']
@@ -39,6 +40,7 @@ def gpt2_encoding():
 @functools.cache
 def _tokenizer_class():
     "The `Tokenizer` class, made on first use: importing `mtnlg.tokenizer` skips megatron-core (seconds)."
+    import_megatron()                                                   # without loading torch's compiler
     from megatron.core.tokenizers import MegatronTokenizerBase
 
     class Tokenizer(MegatronTokenizerBase):

@@ -228,6 +228,8 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
     if _TOPO is not None:
         if (_TOPO.tp, _TOPO.pp, _TOPO.dp, _TOPO.world_size) == (parallel.tp, parallel.pp, parallel.dp, world): return _TOPO
         shutdown()
+    patches.import_megatron()                                      # both without loading torch's compiler
+    patches.import_deepspeed_muon()
     if not cuda: apply_cpu_patches()
     import deepspeed
     from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology

@@ -4,7 +4,8 @@ ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, 
 TP2 x PP2 x DP2 fp32 (ZeRO-1) for 10 steps saving at 5, then resumes of its step-5 checkpoint at (1,1,1),
 (1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the
 checkpoint exactly (read back through DCP's own reader), then trains steps 6-10, whose losses must equal the
-original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly.
+original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at
+PP2 x DP2 with every fp32 master and Adam moment fragment exact.
 Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
 phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
 largest tensor is 8x the allowance, and the bytes a load at a new layout reads against the bytes it needs (DCP's
@@ -68,10 +69,13 @@ def results(tmp_path_factory, corpus):
     bf16 = _train_job("bf16", [4, 4], runs / "bf16", (2, 1, 2), corpus, set=BF16)
     bf16_resume = _train_job("bf16_resume", [4, 4], runs / "bf16_resume", (2, 1, 2), corpus, set=BF16, resume=True,
                              copy=[str(runs / "bf16"), 5])
+    bf16_relayout = _train_job("bf16_relayout", [4, 4], runs / "bf16_relayout", (1, 2, 2), corpus, set=BF16,
+                               resume=True, verify=True, copy=[str(runs / "bf16"), 5])
+    # phases do not wait for each other: a job reading another's run sits on the ranks that ran it, after it
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
     plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
-            [resumes["r111"], dropout, bf16], [bf16_resume]]
+            [resumes["r111"], dropout, bf16], [bf16_resume], [bf16_relayout]]
     p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
     res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
     assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
@@ -122,6 +126,15 @@ def test_bf16_dropout_same_layout_resume_is_bit_exact(results):
     _, _, runs = results
     a, b = _losses(runs / "bf16"), _losses(runs / "bf16_resume")
     assert len(a) == len(b) == 10 and b == a
+
+
+def test_bf16_resume_at_new_layout_loads_masters_and_moments_exactly(results):
+    "bf16 TP2 x DP2 -> PP2 x DP2: every fp32 master and Adam moment fragment equals the checkpoint; it trains on."
+    res, _, runs = results
+    r = res["bf16_relayout"]
+    assert r["verified_bad"] == [] and r["verified_pieces"] > 0 and r["loaded_step"] == 5
+    got, base = _losses(runs / "bf16_relayout"), _losses(runs / "bf16")
+    assert len(got) == 10 and got[:5] == base[:5] and all(x == x for x in got[5:])   # dropout masks follow the layout
 
 
 def test_dropout_follows_megatrons_rng_rules(results):

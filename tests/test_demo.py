@@ -8,7 +8,7 @@ from mtnlg.train import read_metrics
 pytestmark = pytest.mark.slow      # a shortened `make demo`, 8 training processes
 
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
-ARGS = ["demo", "--steps", "30", "--eval-limit", "10", "--shots", "0,5"]
+ARGS = ["demo", "--steps", "20", "--eval-limit", "10", "--shots", "0,5"]
 # the committed evaluation sets: nothing fetched, and curation decontaminates against them
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_EVAL_DATA=str(Path(__file__).parent / "data" / "eval"))
 
@@ -35,7 +35,7 @@ def test_short_demo_end_to_end(tmp_path, fixture_data):
     s = json.loads((out / "demo.json").read_text())
     assert set(s["times"]) >= {"corpus_s", "train_s", "eval_s", "report_s", "total_s"}
     m = read_metrics(out / "train")
-    assert [r["step"] for r in m] == list(range(1, 31))
+    assert [r["step"] for r in m] == list(range(1, 21))
     val = [r["val_loss"] for r in m if r.get("val_loss") is not None]
     assert len(val) >= 2 and val[-1] < val[0]
     cfg = json.loads((out / "train" / "config.json").read_text())
@@ -53,4 +53,4 @@ def test_short_demo_end_to_end(tmp_path, fixture_data):
     # 3. a second run reuses every cache: no training, no evaluation
     log = demo(out)
     assert "finished earlier" in log and "0-shot" in log and "(finished earlier" in log
-    assert read_metrics(out / "train")[-1]["step"] == 30
+    assert read_metrics(out / "train")[-1]["step"] == 20

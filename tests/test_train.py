@@ -1,7 +1,8 @@
-"""`mtnlg train` end to end on real tokenized text: 3D layouts against one process, bf16, resume (same and new
-layout), a real kill -9 of one rank, non-finite steps, and bad input that fails before any process starts.
+"""`mtnlg train` end to end on real tokenized text: 3D layouts against one process, bf16, resume (at the same layout,
+and the README's at a new one; every relayout of the library's state is in tests/test_checkpoint.py), a real kill -9
+of one rank, non-finite steps, and bad input that fails before any process starts.
 
-Launches are few and shared (module-scoped fixtures): four 8-process runs and four 1-process runs."""
+Launches are few and shared (module-scoped fixtures): four 8-process runs, three 1-process runs, one 2-process."""
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -75,18 +76,6 @@ def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_at_new_layout_continues_the_run(runs, corpus, tmp_path):
-    "TP2 x PP2 x DP2 checkpoint of step 4 (ZeRO-1 shards, TP slices, pipeline stages) -> 1 process."
-    run = tmp_path / "moved"
-    shutil.copytree(runs / "3d", run)
-    (run / "checkpoints" / "latest").write_text("step00000004")
-    train(run, "--data", corpus, "--precision", "fp32", "--resume")
-    assert [r["step"] for r in read_metrics(run)] == list(range(1, STEPS + 1))
-    assert losses(run)[SAVE:] == pytest.approx(losses(runs / "ref")[SAVE:], rel=2e-4)
-    assert losses(run, "grad_norm")[SAVE:] == pytest.approx(losses(runs / "ref", "grad_norm")[SAVE:], rel=2e-4)
-
-
-@pytest.mark.slow
 def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, corpus, tmp_path):
     "SIGKILL of rank 5 while it writes the step-8 checkpoint: a clear error, step 4 stays latest, --resume is exact."
     run = tmp_path / "killed"
@@ -147,16 +136,6 @@ def test_bf16_3d_loss_falls_and_nonfinite_step_is_skipped(bf16_run, runs):
     assert m[-1]["loss"] < m[0]["loss"] - 1.0 and m[-1]["val_loss"] < m[3]["val_loss"]
     # bf16 follows the fp32 reference closely before the skipped step
     assert [r["loss"] for r in m[:2]] == pytest.approx(losses(runs / "ref")[:2], rel=2e-2)
-
-
-@pytest.mark.slow
-def test_bf16_resume_at_new_layout(bf16_run, corpus, tmp_path):
-    "The fp32 master weights and Adam moments of a bf16 TP2 x PP2 x DP2 run carry over to one process."
-    run = tmp_path / "bf16-moved"
-    shutil.copytree(bf16_run, run)
-    (run / "checkpoints" / "latest").write_text("step00000008")
-    train(run, "--data", corpus, "--precision", "bf16", "--steps", "12", "--resume")
-    assert losses(run)[8:] == pytest.approx(losses(bf16_run)[8:], rel=1e-2)
 
 
 @pytest.mark.slow
