@@ -15,7 +15,7 @@ from mtnlg import tasks as TS
 
 HANS = ROOT / "tests" / "data"
 PARITY_TASKS = ["lambada", "piqa", "hellaswag"]
-PARITY_LIMIT = 50
+PARITY_LIMIT = 30
 PARITY_SHOTS = [0, 5]                  # 5 shots: prompts over the 256-token window, cut as lm-eval cuts
 
 @pytest.fixture(scope="module")
