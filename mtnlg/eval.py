@@ -570,8 +570,9 @@ def _cli_run(args) -> int:
     # --json: stdout carries only the JSON
     with redirect_stdout(sys.stderr) if args.json else nullcontext():
         if args.hf_model:
+            tok = hf_tokenizer(args.hf_model)                   # refuses a foreign tokenizer before any load
             scorer, ck = hf_scorer(args.hf_model, args.batch_size), None
-            tok, model = hf_tokenizer(args.hf_model), hf_identity(args.hf_model)
+            model = hf_identity(args.hf_model)
         else:
             prec = {"precision": args.precision} if args.precision != "fp32" else {}
             scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp,

@@ -344,10 +344,11 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") ->
     if is_hf_model_dir(source):
         if tp * pp > 1:
             raise GenerateError("--tp/--pp apply to run folders; an HF model decodes on one process")
+        tok = hf_tokenizer(source)                                # refuses a foreign tokenizer before any load
         from transformers import AutoModelForCausalLM
         m = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
         if torch.cuda.is_available(): m = m.cuda()
-        return Generator(HFDecoder(m), hf_tokenizer(source))
+        return Generator(HFDecoder(m), tok)
     cfg, ck = inference_config(source, tp, pp, precision)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     stage = load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck, cfg.model)

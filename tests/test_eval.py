@@ -321,6 +321,25 @@ def test_bad_input(hf_dir, data, data_without_hans, tmp_path, capsys):
     assert _cli("--checkpoint", tmp_path / "no_run", "--tasks", "piqa", "--data", data)[0] == 2
     assert "no such run directory" in capsys.readouterr().err and "Traceback" not in capsys.readouterr().err
 
+def test_foreign_tokenizer_is_refused_before_the_model_loads(hf_dir, data, tmp_path, capsys):
+    "An HF folder whose BPE is not GPT-2's: `eval` and `generate` refuse it before reading the weights (unreadable here)."
+    import shutil
+    from mtnlg import generate as G
+    d = tmp_path / "foreign"
+    shutil.copytree(hf_dir, d)
+    (d / "model.safetensors").write_bytes(b"not weights")             # any load of the weights fails
+    control = ["--hf-model", d, "--tasks", "piqa", "--shots", "0", "--limit", "2", "--data", data, "--out", tmp_path / "o"]
+    with pytest.raises(Exception) as e: _cli(*control)                 # the control: GPT-2's BPE, so the load is tried
+    assert "not GPT-2's" not in str(e.value)
+    with pytest.raises(Exception): G.load_generator(d)
+    vocab = json.loads((d / "vocab.json").read_text())
+    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
+    (d / "vocab.json").write_text(json.dumps(vocab))
+    assert _cli(*control)[0] == 2
+    err = capsys.readouterr().err
+    assert "not GPT-2's" in err and "Traceback" not in err
+    with pytest.raises(CF.EvalError, match="not GPT-2's"): G.load_generator(d)
+
 def test_shots_that_do_not_fit_are_reported(tiny_lm, data, tmp_path):
     "BoolQ passages do not fit a 128-token window 5 times: the result says how many prompts lost shots."
     r = ev.evaluate(tiny_lm, "boolq,wic", [0, 5], limit=3, data=data, out_dir=tmp_path, log=None)
