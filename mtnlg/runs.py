@@ -67,7 +67,8 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
         if p.is_file(): _small_hash(h, p, p.parent)
     # the weights by content: digests.json (each data file's sha256, made at save); never the weights themselves,
     # so identifying a 530B checkpoint reads a few KB. Sizes and mtimes are not content (`cp -p` keeps both).
-    for f in sorted(folder.glob("*.json")) + sorted(folder.glob(".metadata")): _small_hash(h, f, folder)
+    for f in sorted(folder.glob("*.json")) + [folder / ".metadata"]:
+        if f.is_file(): _small_hash(h, f, folder)
     fingerprint = h.hexdigest() if (folder / DIGESTS).is_file() else None
     step = None
     if (folder / "train_state.json").is_file():
