@@ -17,8 +17,8 @@ from .topology import init_distributed, is_verbose, shutdown
 from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
-from .tasks import (TASKS, ENV_DATA, load_docs, parse_tasks, task_config, task_shots, task_source,
-                         task_yaml)
+from .tasks import (SELECTABLE, TASKS, VARIANTS, ENV_DATA, lm_eval_task, load_docs, parse_tasks, task_config,
+                         task_shots, task_source, task_yaml)
 from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
                         run_tokenizer)
 from .jobs import launch_ranks, place, rank_entry, under_launcher
@@ -390,7 +390,7 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     import lm_eval
     from lm_eval.tasks import TaskManager
     _quiet_lm_eval()
-    t, ty = TASKS[name], task_yaml(name, k)
+    t, ty = SELECTABLE[name], task_yaml(name, k)
     cfg = task_config(name, k, data)
     t0 = time.time()
     with patches.quiet_lm_eval_run():                     # no `pip list`, `git` or progress bars per call
@@ -415,8 +415,7 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     task = None
     if k and any(len(lm.tok_encode(a[0] + a[1])) > lm.max_length + 1 for sm in samples
                  for a in sm["arguments"][:1]):
-        from lm_eval.api.task import ConfigurableTask
-        task = ConfigurableTask(config=task_config(name, k, data))
+        task = lm_eval_task(task_config(name, k, data))
     r["window"] = window_report(samples, lm, k, task)
     r["correct"] = [int(s[headline]) for s in samples]              # per document, for error analysis
     if keep_loglikelihoods: r["loglikelihoods"] = [[float(x[0][0]) for x in s["resps"]] for s in samples]
@@ -497,7 +496,7 @@ def cli_parser(parser):
     src.add_argument("--hf-model", metavar="DIR", help="local transformers GPT-2 directory instead of a run")
     parser.add_argument("--tasks", default="paper",
                         help=f"comma-separated tasks, or 'paper' (every task whose data "
-                        f"is present; 'all' is the same): {', '.join(TASKS)}")
+                        f"is present; 'all' is the same): {', '.join(TASKS)}; variants: {', '.join(VARIANTS)}")
     parser.add_argument("--shots", default="0,1,5",
                         help="comma-separated shot counts, e.g. 0,1,5; 'paper': each task's own counts in the paper")
     parser.add_argument("--limit", type=int, default=None,

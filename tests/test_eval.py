@@ -230,14 +230,13 @@ def test_winogrande_options_are_whole_words(data):
 
 
 def test_prompts_are_lm_eval_s(data):
-    from lm_eval.api.task import ConfigurableTask
     def first(name, k=0):
-        t = ConfigurableTask(config=TS.task_config(name, k, data))
+        t = TS.lm_eval_task(TS.task_config(name, k, data))
         d = t.eval_docs[0]
         return t, d, t.doc_to_text(d)
     _, _, wic = first("wic")
     assert "Is the word 'board' used" in wic                      # the word as it appears, not the lemma
-    t, d, race = first("race_h")
+    t, d, race = first("race_h_lmeval")                            # lm-eval's race, kept as a variant
     assert race.startswith("Article: ") and t.doc_to_choice(d)[0] == "Patient listening can solve a hard problem."
     assert "in the village learning from an old farmer where the land held water\n" in race   # a blank, filled
     _, _, anli = first("anli_r2")
@@ -248,6 +247,21 @@ def test_prompts_are_lm_eval_s(data):
     t, d, lam0 = first("lambada", 0)
     assert t.doc_to_target(d) == " signs" and lam0.endswith("I don't care about")
 
+def test_race_h_is_scored_by_gpt3s_protocol(tiny_lm, data):
+    "Every question a document, the answer chosen by log p(a | prompt) - log p(a | 'Answer:'), as GPT-3 scored RACE."
+    from lm_eval.api.instance import Instance
+    r = ev.evaluate_task(tiny_lm, "race_h", 0, data=data, keep_loglikelihoods=True)
+    docs = list(TS.lm_eval_task(TS.task_config("race_h", 0, data)).eval_docs)
+    assert r["n"] == len(docs) == 26 and r["metric"] == "acc_mutual_info" and len(r["loglikelihoods"][0]) == 8
+    ask = lambda ctx: [x for x, _ in tiny_lm.loglikelihood([Instance("loglikelihood", d, (ctx, " " + o), i)
+                                                            for d in docs for i, o in enumerate(d["options"])])]
+    after_answer, after_nothing = np.array(ask("Answer:")).reshape(-1, 4), np.array(ask("")).reshape(-1, 4)
+    lls = np.array(r["loglikelihoods"])
+    assert np.allclose(lls[:, 4:], after_answer, atol=1e-4)
+    assert not np.allclose(lls[:, 4:], after_nothing, atol=1e-2)       # control: lm-eval's own context differs
+    gold = np.array([d["gold"] for d in docs])
+    assert r["correct"] == (np.argmax(lls[:, :4] - lls[:, 4:], axis=1) == gold).astype(int).tolist()
+
 def test_shot_counts_have_sources():
     for t in TS.TASKS.values():
         assert t.shots["few"] > 1 and t.shots["source"], t.name
@@ -255,7 +269,7 @@ def test_shot_counts_have_sources():
 
 def test_task_yamls_ship_as_package_data():
     setup = (ROOT / "setup.py").read_text()
-    assert "'task_yamls/*.yaml'" in setup and len(list((ROOT / "mtnlg" / "task_yamls").glob("*.yaml"))) == 10
+    assert "'task_yamls/*.yaml'" in setup and len(list((ROOT / "mtnlg" / "task_yamls").glob("*.yaml"))) == 11
 
 # ---------------------------------------------------------------- HANS
 def test_hans_official_layout_sample(tiny_lm):

@@ -48,3 +48,17 @@ def test_a_pool_under_another_name_is_recognised(fixture_data):
     assert self_shot_count(fixed, 32) == (250, 0)
     with pytest.raises(EvalError, match="shots"):                   # 50 documents left: too few for 60 shots
         self_shot_count(fixed, 60)
+
+
+def test_race_shots_come_from_other_articles(fixture_data):
+    "RACE-h by GPT-3: an article's later questions hold its earlier answers, so shots are other articles' questions."
+    from lm_eval.api.samplers import ContextSampler
+    from mtnlg.tasks import lm_eval_task
+    t = lm_eval_task(task_config("race_h", 10, fixture_data / "eval"))
+    t.set_fewshot_seed(1234)
+    docs = list(t.eval_docs)
+    same = lambda sampler: sum(any(s["article_id"] == d["article_id"] for s in sampler.sample(n=10, eval_doc=d))
+                               for d in docs)
+    assert len(docs) == 26 and same(t.sampler) == 0
+    # positive control: lm-eval's own sampler (only the document itself left out) draws from the same article
+    assert same(ContextSampler(list(t.fewshot_docs()), rnd=1234)) > 0
