@@ -27,8 +27,9 @@ from .results import result_path, provenance, results_table, reusable, write_rep
 
 # %% auto #0
 __all__ = ['GENERATE', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
-           'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator', 'scorer_generator', 'window_report',
-           'evaluate_task', 'evaluate', 'load_model_for_eval', 'cli_parser', 'cli_run']
+           'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator', 'scorer_generator',
+           'per_token_accuracy', 'window_report', 'evaluate_task', 'evaluate', 'load_model_for_eval', 'cli_parser',
+           'cli_run']
 
 # %% ../nbs/07_eval.ipynb #25e7dde0
 class Scorer(Protocol):
@@ -361,6 +362,17 @@ def _quiet_lm_eval():
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(n).setLevel(logging.ERROR)
 
+def per_token_accuracy(samples: list[dict], lm) -> float | None:
+    "Accuracy with each answer's log p divided by its tokens (GPT-3's normalisation); None if not multiple choice."
+    right = []
+    for s in samples:
+        args, lls = s["arguments"], [x[0][0] for x in s["resps"]]
+        n = len(args) // 2 if "acc_mutual_info" in s else len(args)   # then the unconditional requests follow
+        if n < 2 or not isinstance(s["target"], int): return None
+        per_token = [ll / max(1, len(lm.tok_encode(a[1]))) for a, ll in zip(args[:n], lls[:n])]
+        right.append(max(range(n), key=per_token.__getitem__) == s["target"])
+    return sum(right) / len(right) if right else None
+
 def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
     "Prompts longer than the window: lm-eval keeps their end, so their first shots (or more) are dropped."
     # task: the lm-eval task, to tell the shots from the document's own text
@@ -408,6 +420,7 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
              split=cfg.get("test_split") or cfg.get("validation_split"), shots_from=cfg.get("fewshot_split"),
              paper_shots=t.shots, source=load_docs(name, data)[1], seconds=round(time.time() - t0, 3))
     if "perplexity" in m: r["perplexity"] = m["perplexity"]
+    if (acc_tok := per_token_accuracy(samples, lm)) is not None: r["acc_per_token"] = acc_tok
     if r["source"].endswith("hellaswag_val_full.txt"):
         r["note"] = ("text layout: ctx_a and ctx_b are merged, so lm-eval's capitalisation of ctx_b is not "
                      "applied; put the official hellaswag_val.jsonl in the data root "

@@ -49,7 +49,8 @@ def reusable(model: dict | None) -> bool:
 # %% ../nbs/07b_results.ipynb #0aa2c49b
 NORMALISATION = {"acc": "none: sum of log p of each answer",
                  "acc_norm": "per character of each answer (lm-eval's; GPT-3 divided per token)",
-                 "acc_mutual_info": "by each answer's likelihood after 'Answer:' alone (GPT-3's RACE rule)"}
+                 "acc_mutual_info": "by each answer's likelihood after 'Answer:' alone (GPT-3's RACE rule)",
+                 "acc_per_token": "per token of each answer (GPT-3's; recorded beside each multiple-choice result)"}
 GREEDY = {"lambada": "greedy last word, exact match"}           # scored by decoding, not by comparing answers
 
 def normalisation(task: str, metric: str) -> str:

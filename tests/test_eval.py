@@ -262,6 +262,16 @@ def test_race_h_is_scored_by_gpt3s_protocol(tiny_lm, data):
     gold = np.array([d["gold"] for d in docs])
     assert r["correct"] == (np.argmax(lls[:, :4] - lls[:, 4:], axis=1) == gold).astype(int).tolist()
 
+def test_per_token_accuracy_is_gpt3s_normalisation(tiny_lm, data):
+    "`acc_per_token`: each answer's log p divided by its token count (GPT-3's), beside lm-eval's per-character acc_norm."
+    r = ev.evaluate_task(tiny_lm, "piqa", 0, limit=30, data=data, keep_loglikelihoods=True)
+    t = TS.lm_eval_task(TS.task_config("piqa", 0, data))
+    docs = list(t.eval_docs)[:30]
+    tokens = [[len(tiny_lm.tok_encode(" " + c)) for c in t.doc_to_choice(d)] for d in docs]
+    lls = np.array(r["loglikelihoods"])
+    assert r["acc_per_token"] == pytest.approx(np.mean(np.argmax(lls / tokens, 1) == [d["label"] for d in docs]))
+    assert "acc_per_token" not in ev.evaluate_task(tiny_lm, "lambada", 0, limit=2, data=data)   # not multiple choice
+
 def test_shot_counts_have_sources():
     for t in TS.TASKS.values():
         assert t.shots["few"] > 1 and t.shots["source"], t.name
