@@ -329,6 +329,10 @@ class LeadGenerator(Generator):
         _send_generation(ids, s, self.dec.device, indices)
         return super().generate_ids(ids, s, use_cache, on_text, indices=indices)
 
+    def generate_batches(self, batches, s, use_cache: bool = True, in_flight=None):
+        "One batch at a time (not pipelined): the ranks in `follow_forwards` decode each batch as it comes."
+        return super().generate_batches(batches, s, use_cache, in_flight=1)
+
 def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
     "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."
     B, L = len(ids), max(map(len, ids))

@@ -21,9 +21,9 @@ from .jobs import launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
 __all__ = ['GEN_KWARGS', 'GenerateError', 'Sampling', 'prepare_prompts', 'request_stream', 'next_tokens', 'KVCache',
-           'stage_layers', 'Stage', 'ModelDecoder', 'HFDecoder', 'Generation', 'Generator', 'load_generator',
-           'demo_checkpoint', 'lm_eval_sampling', 'generate_until', 'read_prompts', 'generate_run', 'cli_parser',
-           'cli_run']
+           'stage_layers', 'Stage', 'ModelDecoder', 'HFDecoder', 'pipeline_slot', 'Generation', 'Generator',
+           'load_generator', 'demo_checkpoint', 'lm_eval_sampling', 'generate_until', 'read_prompts', 'generate_run',
+           'cli_parser', 'cli_run']
 
 # %% ../nbs/13_generate.ipynb #cf82d4f6
 class GenerateError(ValueError):
@@ -184,6 +184,8 @@ class ModelDecoder:
             self.prev = ps.get_pipeline_model_parallel_prev_rank()
             self.next = ps.get_pipeline_model_parallel_next_rank()
             self.src = dist.get_global_rank(self.group, self.pp - 1)
+        self.stage = ps.get_pipeline_model_parallel_rank() if self.pp > 1 else 0
+        self.sending = None
         # this rank picks tokens (all TP ranks of the last stage)
         self.picks = self.last
 
@@ -202,7 +204,9 @@ class ModelDecoder:
         for i, b in enumerate(self.m.blocks): x = b(x, cache.layer(i))
         cache.end(S)
         if not self.last:
-            dist.send(x.contiguous(), self.next, group=self.group)
+            # handed on without waiting for the next stage (pipelined, it receives after this tick's tokens)
+            if self.sending is not None: self.sending.wait()
+            self.sending = dist.isend(x.contiguous(), self.next, group=self.group)
             return None
         x = self.m.final_norm(x[:, -1:])
         logits = tied_logits(self.m.embedding, x) if self.m.head is None else self.m.head(x)
@@ -242,6 +246,11 @@ class HFDecoder:
 
     def share(self, tokens): return tokens
 
+# %% ../nbs/13_generate.ipynb #5499065d
+def pipeline_slot(t: int, stage: int, pp: int) -> int | None:
+    "The slot (batch in flight) that pipeline `stage` steps at tick `t`: `(t - stage) % pp`, none before tick `stage`."
+    return (t - stage) % pp if t >= stage else None
+
 # %% ../nbs/13_generate.ipynb #ec1fe1b6
 @dataclass
 class Generation:
@@ -255,6 +264,50 @@ def _stop_at(text: str, stops) -> int | None:
     idx = [text.find(s) for s in stops if s in text]
     return min(idx) if idx else None
 
+class _Rows:
+    "A batch being decoded: the next step's inputs, tokens so far, which rows are done (the same on every rank)."
+    def __init__(self, gen, ids: list[list[int]], s: Sampling, indices: list[int] | None = None, text0=False):
+        # text0: keep row 0's text up to date (for streaming)
+        B, L = len(ids), max(map(len, ids))
+        tokens = torch.full((B, L), gen.tok.eod, dtype=torch.long)
+        valid = torch.zeros(B, L, dtype=torch.bool)
+        for r, x in enumerate(ids): tokens[r, L - len(x):], valid[r, L - len(x):] = torch.tensor(x), True
+        indices = list(range(B)) if indices is None else list(indices)
+        if len(indices) != B:
+            raise GenerateError(f"{len(indices)} request indices for {B} prompts: want one each")
+        self.tok, self.s, self.text0, self.t = gen.tok, s, text0, 0
+        self.streams = [request_stream(s.seed, i) for i in indices] if s.do_sample else None
+        self.out, self.text, self.finish = [[] for _ in range(B)], [""] * B, [None] * B
+        self.cache = gen.dec.new_cache(L + s.max_new_tokens)
+        # step: the next step's (tokens, positions, valid); seq: the whole sequence so far (for use_cache=False)
+        self.step = self.seq = (tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid)
+        self.nxt_pos = valid.sum(1)
+
+    def take(self, nxt: torch.Tensor) -> bool:
+        "Add the picked tokens [B] to the rows not done; True when the batch is done."
+        s, eod = self.s, self.tok.eod
+        for r in range(len(nxt)):
+            if self.finish[r]: nxt[r] = eod; continue
+            self.out[r].append(int(nxt[r]))
+            if s.stop_at_eod and int(nxt[r]) == eod: self.finish[r] = "eod"; continue
+            if s.stop or (r == 0 and self.text0):                   # text only when something reads it
+                self.text[r] = self.tok.detokenize(self.out[r])
+            if s.stop and _stop_at(self.text[r], s.stop) is not None: self.finish[r] = "stop"
+        self.t += 1
+        self.step = (nxt[:, None], self.nxt_pos[:, None], torch.ones(len(nxt), 1, dtype=torch.bool))
+        self.seq = tuple(torch.cat(x, 1) for x in zip(self.seq, self.step))
+        self.nxt_pos = self.nxt_pos + 1
+        return all(self.finish) or self.t == s.max_new_tokens
+
+    def result(self) -> list[tuple]:
+        "(text cut before a stop string, tokens, finish) of each row."
+        res = []
+        for o, f in zip(self.out, self.finish):
+            text = self.tok.detokenize(o)
+            cut = _stop_at(text, self.s.stop) if self.s.stop else None
+            res.append((text if cut is None else text[:cut], o, f or "length"))
+        return res
+
 class Generator:
     "Text generation over a decoder (the project's model on this rank or a transformers one) and a tokenizer."
     def __init__(self, decoder, tokenizer, rank0: bool = True):
@@ -262,9 +315,9 @@ class Generator:
 
     def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True,
                  on_text: Callable | None = None, batch_size: int = 8, first_index: int = 0,
-                 **settings) -> list[Generation]:
+                 in_flight: int | None = None, **settings) -> list[Generation]:
         "Continue each prompt (a string or list) in batches; prompt i draws from stream (seed, first_index + i)."
-        # on_text(piece): streams the text of a single prompt
+        # on_text(piece): streams the text of a single prompt; in_flight: batches in the pipeline (default pp)
         s = (sampling or Sampling(**settings)).check()
         single = isinstance(prompts, str)
         prompts = [prompts] if single else list(prompts)
@@ -273,59 +326,64 @@ class Generator:
             if not p: raise GenerateError(f"prompt {i} is empty: give some text to continue")
         ids = prepare_prompts([self.tok.tokenize(p) for p in prompts], self.dec.max_len, s)
         if batch_size < 1: raise GenerateError(f"batch_size {batch_size}: want >= 1")
-        rows = []
-        for b in range(0, len(ids), batch_size):
-            index = list(range(first_index + b, first_index + min(b + batch_size, len(ids))))
-            rows += self.generate_ids(ids[b:b + batch_size], s, use_cache,
-                                      on_text if len(prompts) == 1 else None, indices=index)
+        if len(prompts) == 1: rows = self.generate_ids(ids, s, use_cache, on_text, indices=[first_index])
+        else:
+            index = list(range(first_index, first_index + len(ids)))
+            batches = [(ids[b:b + batch_size], index[b:b + batch_size]) for b in range(0, len(ids), batch_size)]
+            rows = [r for res in self.generate_batches(batches, s, use_cache, in_flight) for r in res]
         out = [Generation(p, *r) for p, r in zip(prompts, rows)]
         return out[0] if single else out
+
+    def generate_batches(self, batches: list, s: Sampling, use_cache: bool = True,
+                         in_flight: int | None = None) -> list[list]:
+        "`generate_ids` of each (ids, indices) of `batches`, up to `in_flight` (default pp) in the pipeline at once."
+        if in_flight is not None and in_flight < 1:
+            raise GenerateError(f"in_flight {in_flight}: want >= 1 (1: one batch at a time)")
+        n = min(in_flight or self.dec.pp, self.dec.pp, len(batches))
+        if n > 1 and use_cache: return self._pipelined(batches, s, n)
+        return [self.generate_ids(ids, s, use_cache, indices=ix) for ids, ix in batches]
 
     def generate_ids(self, ids: list[list[int]], s: Sampling, use_cache: bool = True, on_text=None,
                      indices: list[int] | None = None):
         "(text, tokens, finish) per prompt of ids (checked by `prepare_prompts`); row r draws stream indices[r]."
-        B, L = len(ids), max(map(len, ids))
-        eod, dev = self.tok.eod, self.dec.device
-        tokens = torch.full((B, L), eod, dtype=torch.long)
-        valid = torch.zeros(B, L, dtype=torch.bool)
-        for r, x in enumerate(ids): tokens[r, L - len(x):], valid[r, L - len(x):] = torch.tensor(x), True
-        pos = (valid.long().cumsum(1) - 1).clamp(min=0)
-        nxt_pos = valid.sum(1)
-        indices = list(range(B)) if indices is None else list(indices)
-        if len(indices) != B:
-            raise GenerateError(f"{len(indices)} request indices for {B} prompts: want one each")
-        streams = [request_stream(s.seed, i) for i in indices] if s.do_sample else None
-        out, text, finish = [[] for _ in range(B)], [""] * B, [None] * B
-        cache, seq, seq_valid, seq_pos = self.dec.new_cache(L + s.max_new_tokens), tokens, valid, pos
-        step = (tokens, pos, valid)
-        shown = 0
-        for t in range(s.max_new_tokens):
-            if use_cache: logits = self.dec.step(cache, *(x.to(dev) for x in step))
-            else: logits = self.dec.step(self.dec.new_cache(seq.shape[1]), seq.to(dev), seq_pos.to(dev),
-                                         seq_valid.to(dev))
-            nxt = next_tokens(logits, s, streams) if self.dec.picks else torch.zeros(B, dtype=torch.long)
-            nxt = self.dec.share(nxt)
-            for r in range(B):
-                if finish[r]: nxt[r] = eod; continue
-                out[r].append(int(nxt[r]))
-                if s.stop_at_eod and int(nxt[r]) == eod: finish[r] = "eod"; continue
-                if s.stop or (r == 0 and on_text is not None):         # text only when something reads it
-                    text[r] = self.tok.detokenize(out[r])
-                if s.stop and _stop_at(text[r], s.stop) is not None: finish[r] = "stop"
+        rows, dev, shown = _Rows(self, ids, s, indices, text0=on_text is not None), self.dec.device, 0
+        while True:
+            if use_cache: logits = self.dec.step(rows.cache, *(x.to(dev) for x in rows.step))
+            else:                                                       # a fresh cache: the whole sequence again
+                logits = self.dec.step(self.dec.new_cache(rows.seq[0].shape[1]), *(x.to(dev) for x in rows.seq))
+            done = rows.take(self._pick(logits, rows))
             if on_text is not None and self.rank0:
-                shown = self._stream(on_text, text[0], shown, s, bool(finish[0]))
-            if all(finish): break
-            step = (nxt[:, None], nxt_pos[:, None], torch.ones(B, 1, dtype=torch.bool))
-            if not use_cache:
-                seq, seq_pos = torch.cat([seq, nxt[:, None]], 1), torch.cat([seq_pos, nxt_pos[:, None]], 1)
-                seq_valid = torch.cat([seq_valid, torch.ones(B, 1, dtype=torch.bool)], 1)
-            nxt_pos = nxt_pos + 1
-        res = []
-        text = [self.tok.detokenize(o) for o in out]
-        for r in range(B):
-            cut = _stop_at(text[r], s.stop) if s.stop else None
-            res.append((text[r] if cut is None else text[r][:cut], out[r], finish[r] or "length"))
+                shown = self._stream(on_text, rows.text[0], shown, s, bool(rows.finish[0]))
+            if done: break
+        res = rows.result()
         if on_text is not None and self.rank0: self._stream(on_text, res[0][0], shown, s, True)
+        return res
+
+    def _pick(self, logits, rows: _Rows) -> torch.Tensor:
+        "The next tokens of `rows`, picked on the last stage and shared with every stage."
+        if not self.dec.picks: return self.dec.share(torch.zeros(len(rows.out), dtype=torch.long))
+        return self.dec.share(next_tokens(logits, rows.s, rows.streams))
+
+    def _pipelined(self, batches: list, s: Sampling, in_flight: int) -> list[list]:
+        "Each batch's results, `in_flight` batches in slots: at tick t stage k steps slot `pipeline_slot(t, k, pp)`."
+        dec, pp = self.dec, self.dec.pp
+        todo, slots, res = list(range(len(batches)))[::-1], [None] * pp, [None] * len(batches)
+        def fill(g):
+            "Slot g takes the next batch, if any."
+            b = todo.pop() if g < in_flight and todo else None
+            slots[g] = None if b is None else (b, _Rows(self, batches[b][0], s, batches[b][1]))
+        for g in range(pp): fill(g)
+        t = 0
+        while any(slots):
+            mine, last = pipeline_slot(t, dec.stage, pp), pipeline_slot(t, pp - 1, pp)
+            logits = None
+            if mine is not None and slots[mine]:
+                rows = slots[mine][1]
+                logits = dec.step(rows.cache, *(x.to(dec.device) for x in rows.step))
+            if last is not None and slots[last] and slots[last][1].take(self._pick(logits, slots[last][1])):
+                res[slots[last][0]] = slots[last][1].result()
+                fill(last)
+            t += 1
         return res
 
     def _stream(self, on_text, text, shown, s, done) -> int:
@@ -356,10 +414,10 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") ->
     return Generator(ModelDecoder(stage, topo.device), run_tokenizer(source), rank0=topo.rank == 0)
 
 # %% ../nbs/13_generate.ipynb #92d56247
-def demo_checkpoint(run_dir, seq_length: int = 256, seed: int = 0) -> Path:
-    "A tiny random GPT (2 layers, hidden 64) written as a run's checkpoint: the studies' default stand-in."
-    cfg = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, seq_length=seq_length, hidden_dropout=0.0,
-                      attention_dropout=0.0)
+def demo_checkpoint(run_dir, seq_length: int = 256, seed: int = 0, num_layers: int = 2) -> Path:
+    "A tiny random GPT (hidden 64, 2 layers unless told) written as a run's checkpoint: the studies' stand-in."
+    cfg = ModelConfig(num_layers=num_layers, hidden_size=64, num_heads=4, seq_length=seq_length,
+                      hidden_dropout=0.0, attention_dropout=0.0)
     full = FullInit(cfg, seed)
     write_weights(Path(run_dir) / "checkpoints" / "step00000000", RunConfig(model=cfg), lambda n: full[n])
     return Path(run_dir)
@@ -387,7 +445,7 @@ def lm_eval_sampling(kwargs: dict | None, max_gen_toks: int = 256, max_len: int 
                     seed=seed, stop=[u for u in kw["until"] if u], truncate="left").check()
 
 def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size: int = 8,
-                   max_gen_toks: int = 256, seed: int = 1234) -> list[str]:
+                   max_gen_toks: int = 256, seed: int = 1234, in_flight: int | None = None) -> list[str]:
     "lm-eval `generate_until` answers, cut at `until`; request i samples from stream (seed, i) at any batching."
     settings = [lm_eval_sampling(kw, max_gen_toks, gen.dec.max_len, seed) for _, kw in requests]  # all first
     groups = {}
@@ -395,11 +453,11 @@ def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size:
     out = [None] * len(requests)
     for idx in groups.values():
         s = settings[idx[0]]
-        for b in range(0, len(idx), batch_size):
-            part = idx[b:b + batch_size]
-            ids = prepare_prompts([gen.tok.tokenize(requests[i][0]) or [gen.tok.eod] for i in part],
-                                  gen.dec.max_len, s)
-            for i, r in zip(part, gen.generate_ids(ids, s, indices=part)): out[i] = r[0]
+        parts = [idx[b:b + batch_size] for b in range(0, len(idx), batch_size)]
+        prompts = lambda part: [gen.tok.tokenize(requests[i][0]) or [gen.tok.eod] for i in part]
+        batches = [(prepare_prompts(prompts(part), gen.dec.max_len, s), part) for part in parts]
+        for part, res in zip(parts, gen.generate_batches(batches, s, in_flight=in_flight)):
+            for i, r in zip(part, res): out[i] = r[0]
     return out
 
 
