@@ -7,6 +7,7 @@ BIN   := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.mtnlg-installed
 BUILD := .build
 export OMP_NUM_THREADS ?= 1
+TEST_WORKERS ?= 2       # pytest-xdist workers of `make test` (tests/conftest.py: how tests are grouped)
 
 .PHONY: demo test test-fast lab env check-sync check-clean pytest readme export clean-build docs outputs check-outputs
 
@@ -51,7 +52,7 @@ check-clean: $(STAMP)
 
 # (3) tests/ and every notebook in nbs/ (through nbdev's runner, so `#| eval: false` is honoured)
 pytest: $(STAMP)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 export: $(STAMP)
 	$(VENV)/bin/nbdev_export && $(VENV)/bin/nbdev_clean

@@ -66,6 +66,21 @@ def pytest_configure(config):
         config._mtnlg_own_basetemp = True
 
 
+# `make test` runs two pytest-xdist workers (--dist loadgroup): the suite waits on processes half of the time
+# (launches, Slurm, sockets), so two files at once use both cores. A file's tests stay together (its module
+# fixtures are built once); files sharing a session fixture (a Slurm cluster) or files in nbs/ go to one worker.
+SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "slurm", "test_multihost": "slurm",
+                 "test_notebooks": "nbs", "test_docs": "nbs"}
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    "Each test's xdist group: its file, or the group its file shares (`SHARED_GROUPS`)."
+    for item in items:
+        stem = item.path.stem
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(stem, stem)))
+
+
 def pytest_sessionfinish(session, exitstatus):
     "Remove this session's temp root when every test passed (kept for inspection after a failure)."
     import shutil
