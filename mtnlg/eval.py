@@ -26,10 +26,10 @@ from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until,
 from .results import result_path, provenance, results_table, reusable, write_report
 
 # %% auto #0
-__all__ = ['GENERATE', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer', 'pipeline_scorer', 'MtnlgLM',
-           'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator', 'scorer_generator',
-           'per_token_accuracy', 'window_report', 'evaluate_task', 'evaluate', 'load_model_for_eval', 'cli_parser',
-           'cli_run']
+__all__ = ['GENERATE', 'GENERATE_BATCHES', 'Scorer', 'logits_logprobs', 'TokenScorer', 'gpt_scorer', 'hf_scorer',
+           'pipeline_scorer', 'MtnlgLM', 'lead_forwards', 'stop_followers', 'follow_forwards', 'LeadGenerator',
+           'scorer_generator', 'per_token_accuracy', 'window_report', 'evaluate_task', 'evaluate',
+           'load_model_for_eval', 'cli_parser', 'cli_run']
 
 # %% ../nbs/07_eval.ipynb #25e7dde0
 class Scorer(Protocol):
@@ -305,11 +305,15 @@ def follow_forwards(scorer, tokenizer=None) -> int:
         header = torch.empty(3, dtype=torch.long, device=scorer.device)
         dist.broadcast(header, 0)
         n, B, S = header.tolist()
-        if n == GENERATE:
-            ids, s, indices = _receive_generation(B, S, scorer.device)
+        if n in (GENERATE, GENERATE_BATCHES):
+            if n == GENERATE: ids, s, indices = _receive_generation(B, S, scorer.device)
+            else:
+                batches = [None] * 4
+                dist.broadcast_object_list(batches, 0)
             if scorer.topo.dp_rank == 0:                  # replica 0 decodes with rank 0; the others wait
                 gen = gen or scorer_generator(scorer, tokenizer)
-                gen.generate_ids(ids, s, indices=indices)
+                if n == GENERATE: gen.generate_ids(ids, s, indices=indices)
+                else: gen.generate_batches(*batches)
             continue
         if n < 0: return done
         sizes = torch.empty((n, 2), dtype=torch.long, device=scorer.device)
@@ -321,17 +325,25 @@ def follow_forwards(scorer, tokenizer=None) -> int:
 
 # %% ../nbs/07_eval.ipynb #46e8e73f
 GENERATE = -2                                            # a `follow_forwards` header: decode a batch of prompts
+GENERATE_BATCHES = -3                                    # ... several batches, together (pipelined at PP > 1)
 
 class LeadGenerator(Generator):
     "Rank 0's `Generator` on a layout: every batch goes to the ranks in `follow_forwards` before it is decoded."
+    announced = False                                    # the batches were sent as a whole (`generate_batches`)
+
     def generate_ids(self, ids, s, use_cache: bool = True, on_text=None, indices=None):
         indices = list(range(len(ids))) if indices is None else list(indices)
-        _send_generation(ids, s, self.dec.device, indices)
+        if not self.announced: _send_generation(ids, s, self.dec.device, indices)
         return super().generate_ids(ids, s, use_cache, on_text, indices=indices)
 
     def generate_batches(self, batches, s, use_cache: bool = True, in_flight=None):
-        "One batch at a time (not pipelined): the ranks in `follow_forwards` decode each batch as it comes."
-        return super().generate_batches(batches, s, use_cache, in_flight=1)
+        "Every batch to the ranks in `follow_forwards` first; then all decode them together (pipelined at PP > 1)."
+        if in_flight is not None and in_flight < 1: return super().generate_batches(batches, s, use_cache, in_flight)
+        dist.broadcast(torch.tensor([GENERATE_BATCHES, 0, 0], dtype=torch.long, device=self.dec.device), 0)
+        dist.broadcast_object_list([batches, s, use_cache, in_flight], 0)
+        self.announced = True
+        try: return super().generate_batches(batches, s, use_cache, in_flight)
+        finally: self.announced = False
 
 def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
     "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."

@@ -13,6 +13,9 @@ REQUESTS = [("The quick brown fox", {"until": ["\n\n"], "max_gen_toks": 8}),
             ("In the beginning God created", {"until": ["\n"], "max_gen_toks": 8, "do_sample": True,
                                               "temperature": 0.8})]
 SCORED = ("The king", " is dead")
+# several batches of one setting: pipelined at PP2 (both stages decode at once), greedy and sampled
+PROMPTS = ["Once upon a time", "The river", "A", "It was the best of times, it was", "Hello world", "Why"]
+BATCHED = [dict(max_new_tokens=6), dict(max_new_tokens=6, do_sample=True, temperature=0.9, seed=7)]
 
 
 if __name__ == "__main__":
@@ -27,8 +30,10 @@ if __name__ == "__main__":
         try:
             texts = lm.generate_until([Instance("generate_until", {}, a, i) for i, a in enumerate(REQUESTS)])
             [(ll, _)] = lm.loglikelihood([Instance("loglikelihood", {}, SCORED, 0)])
+            batched = [[g.text for g in lm.generator.generate(PROMPTS, batch_size=2, **kw)] for kw in BATCHED]
         finally:
             ev.stop_followers(scorer)
         with open(out, "w") as f:
-            json.dump({"texts": texts, "generator": type(lm.generator).__name__, "loglikelihood": ll}, f)
+            json.dump({"texts": texts, "generator": type(lm.generator).__name__, "loglikelihood": ll,
+                       "batched": batched}, f)
     shutdown()

@@ -416,6 +416,9 @@ def test_generation_at_tp2pp2dp2_equals_one_process(tp2pp2dp2_generation, parity
     hf_dir = parity_run[0]
     assert got["texts"] == G.generate_until(G.load_generator(hf_dir), W.REQUESTS)
     assert any(got["texts"])
+    one = G.load_generator(hf_dir)                     # 3 batches of 2, pipelined over the 2 stages on the layout
+    assert got["batched"] == [[g.text for g in one.generate(W.PROMPTS, batch_size=2, **kw)] for kw in W.BATCHED]
+    assert got["batched"][0] != got["batched"][1] and len(set(got["batched"][1])) > 1
     [(ll, _)] = ev.hf_scorer(hf_dir).loglikelihood([(tok.tokenize(W.SCORED[0]), tok.tokenize(W.SCORED[1]))])
     assert abs(got["loglikelihood"] - ll) < 1e-4
 
