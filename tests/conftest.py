@@ -70,7 +70,7 @@ def pytest_configure(config):
 # (launches, Slurm, sockets), so two files at once use both cores. A file's tests stay together (its module
 # fixtures are built once); files sharing a session fixture (a Slurm cluster) or files in nbs/ go to one worker.
 SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "slurm", "test_multihost": "slurm",
-                 "test_notebooks": "nbs", "test_docs": "nbs"}
+                 "test_curation_hosts": "slurm", "test_notebooks": "nbs", "test_docs": "nbs"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
