@@ -176,8 +176,6 @@ def test_training_job_across_two_hosts_equals_the_one_host_run(multihost_cluster
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(run=False, strict=True, reason="issue 25 open: the requeued run dies after step 3 (torchrun on h1 "
-                   "gets SIGTERM; the job ends FAILED); not yet diagnosed")
 def test_host_death_requeues_and_resumes_from_the_last_complete_checkpoint(multihost_cluster, reference, tmp_path):
     c = multihost_cluster
     # rank 0 waits after step 3 (checkpoints at 2, 4, 6), so h2 dies at a known point
