@@ -24,6 +24,8 @@ What it took (each was a failure first, see the issue's reference recipe):
 - slurmctld refuses to start unless its hostname is the SlurmctldHost name: a UTS namespace named `ctl`.
 - Each host declares `cpus_per_host` CPUs (SlurmdParameters=config_overrides): 4 ranks a host on 2 real CPUs.
 - A namespace is freed asynchronously after its last process: the veth is deleted from the bridge's side first.
+- A requeued job started 11 s after its requeue (cred_expire=10) and, ~40 s later, slurmctld's retry of the
+  step signal the dead host had missed killed its step J.0 there: cred_expire is 90 here (CRED_EXPIRE).
 """
 from __future__ import annotations
 import os, re, shlex, shutil, subprocess, sys, time, zlib
@@ -32,6 +34,11 @@ import slurm_local
 
 NAMESPACE_TOOLS = ("unshare", "nsenter", "ip")
 SLURMD_PORT = 6818          # each host has its own network namespace, so all slurmds can use the same port
+# A requeued job starts again cred_expire + 1 s after its requeue. An RPC that slurmctld could not deliver to a dead
+# host stays in its retry list and goes out again 60 s after the failed try (RPC_RETRY_INTERVAL), once the host
+# answers: srun's --kill-on-bad-exit signal of step J.0 (sent when the host died) then kills step J.0 of the
+# requeued job, the same job and step id. 90 s (> 60 s + a failed try's 10-12 s) lets it land before the new start.
+CRED_EXPIRE = 90
 
 def unavailable() -> str | None:
     "Why a multi-host Slurm cannot start on this machine, or None when it can."
@@ -266,6 +273,7 @@ class MultiHostSlurm:
                           for h, a in self.addresses.items())
         self.conf = r / "slurm.conf"
         self.conf.write_text(CONF.format(n=len(self.hosts), tag=self.tag, net=self.net, root=r,
+                                         cred_expire=CRED_EXPIRE,
                                          ctld_port=slurm_local.free_port(), slurmd_port=SLURMD_PORT,
                                          srun_lo=lo, srun_hi=lo + 50 if lo + 50 < 65535 else lo,
                                          slurmd_timeout=self.slurmd_timeout, nodes=nodes))

@@ -43,8 +43,8 @@ DAEMONS_CONF = """\
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-# cred_expire: a requeued job may start again after this many seconds (default 120)
-AuthInfo=socket={root}/munge/munge.sock,cred_expire=10
+# cred_expire: a requeued job may start again after this many seconds (default 120; each cluster sets its own)
+AuthInfo=socket={root}/munge/munge.sock,cred_expire={cred_expire}
 CredType=cred/munge
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -132,7 +132,8 @@ class LocalSlurm:
         self._wait("the munge socket", sock.exists, 15)
         lo = free_port()
         self.conf = r / "slurm.conf"
-        self.conf.write_text(CONF.format(root=r, ctld_port=free_port(), slurmd_port=free_port(),
+        # one host that never dies: no RPC to a dead node can be left over, so a requeued job starts after 10 s
+        self.conf.write_text(CONF.format(root=r, ctld_port=free_port(), slurmd_port=free_port(), cred_expire=10,
                                          srun_lo=lo, srun_hi=lo + 50 if lo + 50 < 65535 else lo,
                                          cpus=os.cpu_count(), mem_mb=_mem_mb()))
         os.environ["SLURM_CONF"] = str(self.conf)

@@ -176,8 +176,6 @@ def test_training_job_across_two_hosts_equals_the_one_host_run(multihost_cluster
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(run=False, strict=True, reason="issue 25 open: the requeued run dies after step 3 (torchrun on h1 "
-                   "gets SIGTERM; the job ends FAILED); not yet diagnosed")
 def test_host_death_requeues_and_resumes_from_the_last_complete_checkpoint(multihost_cluster, reference, tmp_path):
     c = multihost_cluster
     # rank 0 waits after step 3 (checkpoints at 2, 4, 6), so h2 dies at a known point
@@ -200,7 +198,6 @@ def test_host_death_requeues_and_resumes_from_the_last_complete_checkpoint(multi
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(run=False, strict=True, reason="issue 25 open: never run to the end on the multi-host cluster yet")
 def test_time_limit_signal_checkpoints_and_the_requeued_job_continues_on_one_host(
         multihost_cluster, reference, reference_shrunk, tmp_path):
     c = multihost_cluster
@@ -212,8 +209,10 @@ def test_time_limit_signal_checkpoints_and_the_requeued_job_continues_on_one_hos
         # what Slurm does `grace` seconds before the time limit (sbatch --signal=B:USR1@grace)
         c.client("scancel", "--batch", "--signal=USR1", job)
         c.wait_job(job, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING", timeout=300)
-        # the requeued job asks for 2 nodes and only h1 is left: an operator lets it run on one
-        c.client("scontrol", "update", f"jobid={job}", "NumNodes=1", "NumTasks=4")
+        # the requeued job asks for 2 nodes and only h1 is left: an operator lets it run on one. NumCPUs too: Slurm
+        # keeps the job's 8 CPUs (2 nodes x 4 tasks) after NumNodes=1 NumTasks=4 ('setting min_nodes from 2 to 1'),
+        # which only 2 hosts of 4 CPUs hold, and the job stays PENDING (ReqNodeNotAvail, UnavailableNodes:h2)
+        c.client("scontrol", "update", f"jobid={job}", "NumNodes=1", "NumTasks=4", "NumCPUs=4")
         info = c.wait_job(job, timeout=900)
     finally:
         c.client("scontrol", "update", "nodename=h2", "state=resume", check=False)

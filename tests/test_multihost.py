@@ -125,7 +125,7 @@ def test_host_death_requeues_the_job_and_it_runs_again(multihost_cluster):
     time.sleep(3)
     assert c.job(j)["JobState"] == "PENDING", "the job must not run while one of its 2 hosts is down"
     c.restart_slurmd("h2")
-    info = c.wait_job(j, timeout=120)
+    info = c.wait_job(j, timeout=240)                   # it starts again CRED_EXPIRE + 1 s (91 s) after the requeue
     out = c.output(j, "death")
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and info["NodeList"] == "h[1-2]", out
     starts = re.findall(r"^START restart=(\d+)", out, re.M)
