@@ -68,9 +68,10 @@ def pytest_configure(config):
 
 # `make test` runs two pytest-xdist workers (--dist loadgroup): the suite waits on processes half of the time
 # (launches, Slurm, sockets), so two files at once use both cores. A file's tests stay together (its module
-# fixtures are built once); files sharing a session fixture (a Slurm cluster) or files in nbs/ go to one worker.
-SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "slurm", "test_multihost": "slurm",
-                 "test_curation_hosts": "slurm", "test_notebooks": "nbs", "test_docs": "nbs"}
+# fixtures are built once); files sharing a session fixture (the one-host or the multi-host Slurm) or running
+# nbs/ go to one worker.
+SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "multihost", "test_multihost": "multihost",
+                 "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
