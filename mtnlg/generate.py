@@ -266,8 +266,9 @@ def _stop_at(text: str, stops) -> int | None:
 
 class _Rows:
     "A batch being decoded: the next step's inputs, tokens so far, which rows are done (the same on every rank)."
-    def __init__(self, gen, ids: list[list[int]], s: Sampling, indices: list[int] | None = None, text0=False):
-        # text0: keep row 0's text up to date (for streaming)
+    def __init__(self, gen, ids: list[list[int]], s: Sampling, indices: list[int] | None = None, text0=False,
+                 keep_seq=False):
+        # text0: keep row 0's text up to date (for streaming); keep_seq: keep the whole sequence (no KV cache)
         B, L = len(ids), max(map(len, ids))
         tokens = torch.full((B, L), gen.tok.eod, dtype=torch.long)
         valid = torch.zeros(B, L, dtype=torch.bool)
@@ -279,8 +280,9 @@ class _Rows:
         self.streams = [request_stream(s.seed, i) for i in indices] if s.do_sample else None
         self.out, self.text, self.finish = [[] for _ in range(B)], [""] * B, [None] * B
         self.cache = gen.dec.new_cache(L + s.max_new_tokens)
-        # step: the next step's (tokens, positions, valid); seq: the whole sequence so far (for use_cache=False)
-        self.step = self.seq = (tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid)
+        # step: the next step's (tokens, positions, valid); seq: the whole sequence so far (keep_seq only)
+        self.step = (tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid)
+        self.seq = self.step if keep_seq else None
         self.nxt_pos = valid.sum(1)
 
     def take(self, nxt: torch.Tensor) -> bool:
@@ -295,7 +297,7 @@ class _Rows:
             if s.stop and _stop_at(self.text[r], s.stop) is not None: self.finish[r] = "stop"
         self.t += 1
         self.step = (nxt[:, None], self.nxt_pos[:, None], torch.ones(len(nxt), 1, dtype=torch.bool))
-        self.seq = tuple(torch.cat(x, 1) for x in zip(self.seq, self.step))
+        if self.seq is not None: self.seq = tuple(torch.cat(x, 1) for x in zip(self.seq, self.step))
         self.nxt_pos = self.nxt_pos + 1
         return all(self.finish) or self.t == s.max_new_tokens
 
@@ -346,7 +348,8 @@ class Generator:
     def generate_ids(self, ids: list[list[int]], s: Sampling, use_cache: bool = True, on_text=None,
                      indices: list[int] | None = None):
         "(text, tokens, finish) per prompt of ids (checked by `prepare_prompts`); row r draws stream indices[r]."
-        rows, dev, shown = _Rows(self, ids, s, indices, text0=on_text is not None), self.dec.device, 0
+        rows = _Rows(self, ids, s, indices, text0=on_text is not None, keep_seq=not use_cache)
+        dev, shown = self.dec.device, 0
         while True:
             if use_cache: logits = self.dec.step(rows.cache, *(x.to(dev) for x in rows.step))
             else:                                                       # a fresh cache: the whole sequence again
