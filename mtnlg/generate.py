@@ -544,6 +544,8 @@ def cli_parser(parser):
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="weights and activations")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
+    parser.add_argument("--in-flight", type=int, default=None, metavar="N",
+                        help="batches in the pipeline at once (default: --pp, every stage busy; 1: one at a time)")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute the whole sequence each step (no KV cache)")
     parser.add_argument("--json", action="store_true", help="print the generations as JSON")
@@ -575,6 +577,8 @@ def _cli_run(args) -> int:
     s = _cli_sampling(args)
     if min(args.tp, args.pp) < 1: raise GenerateError(f"--tp {args.tp} --pp {args.pp}: want sizes >= 1")
     if args.batch_size < 1: raise GenerateError(f"--batch-size {args.batch_size}: want >= 1")
+    if args.in_flight is not None and args.in_flight < 1:
+        raise GenerateError(f"--in-flight {args.in_flight}: want >= 1 (1: one batch at a time)")
     if not Path(args.checkpoint).exists():
         raise GenerateError(f"--checkpoint {args.checkpoint}: no such folder")
     parallel = args.tp * args.pp > 1
@@ -586,7 +590,8 @@ def _cli_run(args) -> int:
     show = gen.rank0 and not args.quiet and not args.json
     stream = (lambda piece: print(piece, end="", flush=True)) if show and len(prompts) == 1 else None
     if stream: print(prompts[0], end="", flush=True)
-    out = gen.generate(prompts, s, not args.no_cache, on_text=stream, batch_size=args.batch_size)
+    out = gen.generate(prompts, s, not args.no_cache, on_text=stream, batch_size=args.batch_size,
+                       in_flight=args.in_flight)
     if gen.rank0:
         if stream: print()
         elif show:
@@ -602,6 +607,7 @@ def _rank_argv(args) -> list[str]:
     "The flags of `args` as the command line of a launched rank."
     argv = ["--checkpoint", str(args.checkpoint), "--tp", str(args.tp), "--pp", str(args.pp), "--precision",
             args.precision, "--batch-size", str(args.batch_size)]
+    argv += ["--in-flight", str(args.in_flight)] if args.in_flight else []
     argv += ["--prompt", args.prompt] if args.prompt is not None else ["--prompts", str(args.prompts)]
     argv += _sampling_argv(_cli_sampling(args))
     for flag in ("no_cache", "json", "quiet"):

@@ -159,12 +159,21 @@ def test_cli_streams_one_prompt(trained_run, capsys):
     (["--prompt", "hi", "--sample", "--top-p", "0"], "(0, 1]"),
     (["--prompt", "hi", "--sample", "--top-p", "1.5"], "(0, 1]"),
     (["--prompt", "hi", "--tp", "3"], "--tp 3"),
+    (["--prompt", "hi", "--in-flight", "0"], "--in-flight 0"),
     (["--prompts", "/nonexistent/prompts.txt"], "no such file"),
 ])
 def test_bad_input(trained_run, capsys, argv, msg):
     assert main(["generate", "--checkpoint", str(trained_run), *argv]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1, err
+
+
+def test_in_flight_reaches_the_ranks():
+    import argparse
+    from mtnlg.generate import cli_parser, _rank_argv
+    parse = lambda argv: cli_parser(argparse.ArgumentParser()).parse_args(["--checkpoint", "c", "--prompt", "hi", *argv])
+    assert parse([]).in_flight is None and "--in-flight" not in _rank_argv(parse([]))
+    assert parse(_rank_argv(parse(["--pp", "4", "--in-flight", "1"]))).in_flight == 1     # what a rank parses
 
 
 def test_left_truncation_keeps_the_end(one):
