@@ -545,7 +545,7 @@ def cli_parser(parser):
                         help="weights and activations")
     parser.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
     parser.add_argument("--in-flight", type=int, default=None, metavar="N",
-                        help="batches in the pipeline at once (default: --pp, every stage busy; 1: one at a time)")
+                        help="batches in the pipeline at once (default --pp: all stages busy; 1: one)")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute the whole sequence each step (no KV cache)")
     parser.add_argument("--json", action="store_true", help="print the generations as JSON")

@@ -171,7 +171,8 @@ def test_bad_input(trained_run, capsys, argv, msg):
 def test_in_flight_reaches_the_ranks():
     import argparse
     from mtnlg.generate import cli_parser, _rank_argv
-    parse = lambda argv: cli_parser(argparse.ArgumentParser()).parse_args(["--checkpoint", "c", "--prompt", "hi", *argv])
+    base = ["--checkpoint", "c", "--prompt", "hi"]
+    parse = lambda argv: cli_parser(argparse.ArgumentParser()).parse_args(base + argv)
     assert parse([]).in_flight is None and "--in-flight" not in _rank_argv(parse([]))
     assert parse(_rank_argv(parse(["--pp", "4", "--in-flight", "1"]))).in_flight == 1     # what a rank parses
 
