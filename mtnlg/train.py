@@ -376,11 +376,11 @@ def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str =
     placement = place(p.tp, p.pp, p.dp, per_node=nprocs, env=env)
     return launch_ranks("mtnlg.train", argv, placement, mode=mode, env=env).returncode
 
-def failure_message(run_dir, code: int) -> str:
-    "What happened and how to continue, after a failed launch."
+def failure_message(run_dir, code: int, logged_before: list | None = None) -> str:
+    "What happened and how to continue, after a failed launch (`logged_before`: metrics.jsonl's records before it)."
     ck = latest_checkpoint(run_dir)
-    last = read_metrics(run_dir)
-    where = f"after step {last[-1]['step']}" if last else "before the first step"
+    new = [r for r in read_metrics(run_dir) if r not in (logged_before or [])]     # a resumed step is a new record
+    where = f"after step {new[-1]['step']}" if new else "before its first step"
     how = (f"the last complete checkpoint is {ck.name}; continue with: mtnlg train --out {run_dir} --resume" if ck else
            f"no checkpoint was written; start again with: mtnlg train --out {run_dir} --resume (it starts from step 0)")
     return (f"mtnlg train: the job failed {where} (exit code {code}; a rank crashed, was killed or timed out; "
@@ -444,8 +444,9 @@ def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool =
     run = prepare_run(cfg, run_dir, resume)
     if p != before.parallel: log_layout_change(run, before, cfg, layout)
     if cfg.parallel.world_size == 1: return run_training_single(cfg, run, resume, progress)
+    logged = read_metrics(run)
     code = launch(run, resume, nprocs, mode, progress=progress)
-    if code: raise TrainingError(failure_message(run, code))
+    if code: raise TrainingError(failure_message(run, code, logged))
     return json.loads((latest_checkpoint(run) / "train_state.json").read_text())
 
 def run_training_single(cfg, run, resume, progress):

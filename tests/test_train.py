@@ -180,3 +180,13 @@ def test_resume_keeps_the_run_settings_and_refuses_recipe_changes(runs, corpus, 
     p = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--hidden", "128", "--no-progress"],
                        capture_output=True, text=True, env=e, timeout=300)
     assert p.returncode == 2 and "model.hidden_size 64 -> 128" in p.stderr and "torch.distributed.run" not in p.stderr
+
+
+def test_failure_message_names_the_steps_of_this_launch(tmp_path):
+    from mtnlg.train import failure_message, read_metrics
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "time_s": 0.1}\n{"step": 2, "time_s": 0.2}\n')
+    before = read_metrics(tmp_path)
+    assert "failed before its first step" in failure_message(tmp_path, 1, before)   # a resume that died at once
+    with open(tmp_path / "metrics.jsonl", "a") as f: f.write('{"step": 3, "time_s": 0.3}\n')
+    assert "failed after step 3" in failure_message(tmp_path, 1, before)
+    assert "failed after step 3" in failure_message(tmp_path, 1)                      # a first launch
