@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools, importlib.util
 from pathlib import Path
 from typing import Iterable
-from .config import DataError
+from .config import DataError, atomic_write_text
 from .patches import import_megatron
 
 # %% auto #0
@@ -48,7 +48,6 @@ def gpt2_tokenizers_json(path) -> Path:
     tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)       # GPT-2: no space added
     tk.decoder = decoders.ByteLevel()
-    from mtnlg.config import atomic_write_text
     atomic_write_text(path, tk.to_str())
     return Path(path)
 
