@@ -17,7 +17,8 @@ from .curation import CurationRun, curate_run, stage_table
 
 # %% auto #0
 __all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE', 'fetch_demo_sources', 'demo_quality_classifier',
-           'prepare_demo_corpus', 'planted_corpus', 'near_chain', 'cli_parser', 'cli_run']
+           'prepare_demo_corpus', 'reservoir_sample', 'train_quality_classifier', 'planted_corpus', 'near_chain',
+           'cli_parser', 'cli_run']
 
 # %% ../nbs/05d_corpus.ipynb #6ed4f3da
 DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "foldoc": 0.25, "pydocs": 0.2, "pyweb": 0.1}
@@ -199,6 +200,29 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
     if log: log(f"demo corpus ready in {time.time() - t0:.0f}s: {spec}")
     return spec
 
+# %% ../nbs/05d_corpus.ipynb #4712c873
+def reservoir_sample(items, k: int, seed: int = 0) -> tuple[list, int]:
+    "(uniform sample of at most `k` of `items`, number seen): Algorithm R, holding `k` items at a time."
+    rng, out, n = random.Random(seed), [], 0
+    for n, x in enumerate(items, 1):
+        if len(out) < k: out.append(x); continue
+        j = rng.randrange(n)
+        if j < k: out[j] = x
+    return out, n
+
+def train_quality_classifier(good: list[Source], web: list[Source], max_docs: int = 5000,
+                             max_chars: int = 3000, seed: int = 0, log=print) -> QualityClassifier:
+    "A classifier of `good` vs `web` sources, each class a seeded reservoir sample of <= `max_docs` texts."
+    if max_docs < 5: raise DataError(f"max_docs={max_docs}: want at least 5 documents per class")
+    take = lambda srcs, s: reservoir_sample((d["text"][:max_chars] for src in srcs
+                                             for d in read_documents(src, on_error="skip")), max_docs, s)
+    (g, n_good), (w, n_web) = take(good, seed), take(web, seed + 1)
+    qc = QualityClassifier().fit(g, w)
+    qc.trained_on = {"good": [len(g), n_good], "web": [len(w), n_web]}     # [held, read] per class
+    if log: log(f"quality classifier: {len(g)} of {n_good} good and {len(w)} of {n_web} web documents; "
+                f"held-out accuracy {qc.heldout_accuracy:.3f}")
+    return qc
+
 # %% ../nbs/05d_corpus.ipynb #6443dd1c
 def _slices(text: str, size: int, n: int, skip: int) -> list[str]:
     return [text[skip + i * size: skip + (i + 1) * size] for i in range(n)]
@@ -262,6 +286,10 @@ def cli_parser(p):
                    help="sources of 'high quality' examples (NAME=PATH)")
     c.add_argument("--quality-web", nargs="*", default=[], help="sources of 'web' examples (NAME=PATH)")
     c.add_argument("--quality-threshold", type=float, default=0.5)
+    c.add_argument("--quality-pareto-alpha", type=float, default=None,
+                   help="keep by GPT-3's rule pareto(alpha) > 1 - score (GPT-3: 9) instead of the threshold")
+    c.add_argument("--quality-max-docs", type=int, default=5000,
+                   help="classifier training: a seeded reservoir sample of at most this many texts a class")
     c.add_argument("--split", default="", choices=["", "line", "blank"],
                    help="plain text: one doc a file/line/paragraph")
     c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
@@ -314,18 +342,17 @@ def cli_run(args) -> int:
         if args.data_cmd == "curate":
             qc, srcs = None, _sources(args.sources, args.split)
             if args.quality_good or args.quality_web:
-                get = lambda specs: [d["text"][:3000] for s in _sources(specs)
-                                     for d in read_documents(s, on_error="skip")]
-                qc = QualityClassifier().fit(get(args.quality_good), get(args.quality_web))
-                print(f"quality classifier: held-out accuracy {qc.heldout_accuracy:.3f}")
+                qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
+                                              args.quality_max_docs)
             if args.executor == "single":
                 rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
                              quality_threshold=args.quality_threshold, min_chars=args.min_chars,
-                             on_error=args.on_error)
+                             on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha)
                 print(report_frame(rep).to_string()); return 0
             run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
                               min_chars=args.min_chars, quality_threshold=args.quality_threshold,
-                              on_error=args.on_error, tokenizer=args.tokenizer)
+                              on_error=args.on_error, tokenizer=args.tokenizer,
+                              quality_pareto_alpha=args.quality_pareto_alpha)
             res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
                              **({"time_limit": args.time} if args.executor == "slurm" else {}))
             if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0

@@ -15,8 +15,8 @@ from .tasks import TASKS, task_source, task_texts
 # %% auto #0
 __all__ = ['PILE_SETS', 'HASH_PRIME', 'STAT_COLUMNS', 'Source', 'parse_source', 'is_hf_folder', 'Skips', 'read_documents',
            'clean_text', 'clean', 'norm_key', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier',
-           'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate',
-           'curate', 'report_frame']
+           'pareto_keep', 'pareto_keep_probability', 'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams',
+           'decontaminate_text', 'decontaminate', 'curate', 'report_frame']
 
 # %% ../nbs/05_data.ipynb #6dcbb849
 PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw",
@@ -319,15 +319,23 @@ class QualityClassifier:
         "Probability of 'high quality' for each text."
         return self.clf.predict_proba(self._x(texts))[:, 1]
 
+def pareto_keep(score: float, alpha: float, seed: int, doc_id: str) -> bool:
+    "GPT-3's rule `np.random.pareto(alpha) > 1 - score`, the draw seeded by (`seed`, `doc_id`) alone."
+    h = int.from_bytes(hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest(), "little")
+    return bool(np.random.default_rng([seed, h]).pareto(alpha) > 1 - score)
+
+def pareto_keep_probability(scores, alpha: float) -> np.ndarray:
+    "P(keep) of GPT-3's rule for each score: P(Lomax(alpha) > 1 - s) = (2 - s) ** -alpha."
+    return (2 - np.asarray(scores, dtype=float)) ** -alpha
+
 def quality_filter(docs: Iterable[dict], stats: dict, clf: QualityClassifier, threshold: float = 0.5,
                    pareto_alpha: float | None = None, only: set | None = None,
-                   seed: int = 0) -> Iterator[dict]:
+                   seed: int = 1) -> Iterator[dict]:
     "Keep documents scoring >= `threshold` (or GPT-3's Pareto rule); sources not in `only` pass unscored."
-    rng = np.random.default_rng(seed)
     for d in docs:
         if only is not None and d["source"] not in only: yield d; continue
         s = float(clf.score([d["text"]])[0]); st = stats[d["source"]]; st["scored"] += 1
-        keep = (rng.pareto(pareto_alpha) > 1 - s) if pareto_alpha else s >= threshold
+        keep = pareto_keep(s, pareto_alpha, seed, d["id"]) if pareto_alpha else s >= threshold
         if not keep: st["low_quality"] += 1; continue
         yield {**d, "quality": round(s, 4)}
 
@@ -434,7 +442,8 @@ STAT_COLUMNS = ["docs_in", "too_short", "exact_dups", "fuzzy_dups", "scored", "l
 
 def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassifier | None = None,
            quality_threshold: float = 0.5, min_chars: int = 200, fuzzy_threshold: float = 0.8,
-           on_error: str = "error", cache_dir=None, log=print) -> dict:
+           on_error: str = "error", cache_dir=None, log=print, quality_pareto_alpha: float | None = None,
+           seed: int = 1) -> dict:
     "Clean, dedup (exact + fuzzy), quality-filter, decontaminate `sources` into `out_dir`; per-source report."
     srcs = [s.validate() for s in sources]
     names = [s.name for s in srcs]
@@ -452,7 +461,7 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
         docs = exact_dedup(docs, stats, seen)
         docs = fz(docs, stats)
         if quality is not None and s.quality_filter:
-            docs = quality_filter(docs, stats, quality, quality_threshold, only=only)
+            docs = quality_filter(docs, stats, quality, quality_threshold, quality_pareto_alpha, only, seed)
         if ng is not None: docs = decontaminate(docs, stats, ng)
         with atomic_file(out / f"{s.name}.jsonl") as f:
             for d in docs:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import functools, importlib.util
 from pathlib import Path
 from typing import Iterable
-from .config import DataError
+from .config import DataError, atomic_write_text
 from .patches import import_megatron
 
 # %% auto #0
-__all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'gpt2_files', 'gpt2_encoding', 'get_tokenizer', 'train_sentencepiece']
+__all__ = ['GPT2_EOD', 'GPT2_VOCAB', 'gpt2_files', 'gpt2_encoding', 'gpt2_tokenizers_json', 'get_tokenizer',
+           'train_sentencepiece']
 
 # %% ../nbs/05a_tokenizer.ipynb #13ddf9a5
 GPT2_EOD = 50256                 # <|endoftext|>, the end-of-document token between documents
@@ -35,6 +36,20 @@ def gpt2_encoding():
     ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=str(bpe), encoder_json_file=str(enc))
     return tiktoken.Encoding(name="gpt2-offline", pat_str=r50k_pat_str, mergeable_ranks=ranks,
                              special_tokens={"<|endoftext|>": GPT2_EOD}, explicit_n_vocab=GPT2_VOCAB)
+
+# %% ../nbs/05a_tokenizer.ipynb #3fb765af
+def gpt2_tokenizers_json(path) -> Path:
+    "GPT-2 BPE as a Hugging Face `tokenizers` tokenizer.json at `path`, built offline: `gpt2_encoding`'s ids."
+    import json
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    bpe, enc = gpt2_files()
+    vocab = json.loads(Path(enc).read_text(encoding="utf-8"))
+    merges = [tuple(l.split()) for l in Path(bpe).read_text(encoding="utf-8").split("\n")[1:] if l.strip()]
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)       # GPT-2: no space added
+    tk.decoder = decoders.ByteLevel()
+    atomic_write_text(path, tk.to_str())
+    return Path(path)
 
 # %% ../nbs/05a_tokenizer.ipynb #25403a33
 @functools.cache
