@@ -14,7 +14,8 @@ from datatrove.pipeline.base import PipelineStep
 from .config import DataError, atomic_file, atomic_path, atomic_write_text
 from .tokenizer import get_tokenizer
 from .data import (Source, QualityClassifier, FuzzyDeduper, read_documents, clean_text, eval_ngrams,
-                        decontaminate_text, STAT_COLUMNS, Skips, norm_key, HASH_PRIME, is_hf_folder)
+                        decontaminate_text, STAT_COLUMNS, Skips, norm_key, HASH_PRIME, is_hf_folder,
+                        file_parts)
 from .indexed import indexed_paths, indexed_writer, token_dtype
 
 # %% auto #0
@@ -69,7 +70,6 @@ class CurationRun:
 # %% ../nbs/05b_curation.ipynb #98a37542
 def _units(run: CurationRun) -> list[list]:
     "[source index, file, part] of each unit in blend order: parts of files (`file_parts`), or a whole source."
-    from mtnlg.data import file_parts
     out = []
     for i, s in enumerate(run.sources):
         p = Path(s.path)
