@@ -301,6 +301,7 @@ def cli_parser(p):
     c.add_argument("--partition", default=None, help="slurm executor: the partition of the job arrays")
     c.add_argument("--time", default="04:00:00", help="slurm executor: time limit of each task")
     c.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model (local and slurm)")
+    c.add_argument("--unit-mb", type=float, default=256, help="a file larger than this is read as parts (MiB)")
     t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
     t.add_argument("inputs", nargs="+")
     t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
@@ -352,7 +353,8 @@ def cli_run(args) -> int:
             run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
                               min_chars=args.min_chars, quality_threshold=args.quality_threshold,
                               on_error=args.on_error, tokenizer=args.tokenizer,
-                              quality_pareto_alpha=args.quality_pareto_alpha)
+                              quality_pareto_alpha=args.quality_pareto_alpha,
+                              unit_bytes=int(args.unit_mb * 2**20))
             res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
                              **({"time_limit": args.time} if args.executor == "slurm" else {}))
             if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0

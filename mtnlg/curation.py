@@ -14,7 +14,8 @@ from datatrove.pipeline.base import PipelineStep
 from .config import DataError, atomic_file, atomic_path, atomic_write_text
 from .tokenizer import get_tokenizer
 from .data import (Source, QualityClassifier, FuzzyDeduper, read_documents, clean_text, eval_ngrams,
-                        decontaminate_text, STAT_COLUMNS, Skips, norm_key, HASH_PRIME, is_hf_folder)
+                        decontaminate_text, STAT_COLUMNS, Skips, norm_key, HASH_PRIME, is_hf_folder,
+                        file_parts)
 from .data import pareto_keep
 from .indexed import indexed_paths, indexed_writer, token_dtype
 
@@ -46,6 +47,8 @@ class CurationRun:
     # quality: GPT-3's Pareto rule with this alpha (GPT-3: 9) instead of the threshold; None: the threshold.
     # Each document's draw is seeded by `seed` and its id alone, so the kept set does not depend on tasks.
     quality_pareto_alpha: float | None = None
+    # a unit of work: a file larger than this is read as parts (`mtnlg.data.file_parts`; 256 MiB)
+    unit_bytes: int = 256 << 20
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
@@ -69,18 +72,17 @@ class CurationRun:
         return lsh.b, lsh.r
 
 # %% ../nbs/05b_curation.ipynb #98a37542
-def _units(run: CurationRun) -> list[tuple[int, str]]:
-    "(source index, file) of every unit of work in blend order: one file of a folder, or a whole source."
+def _units(run: CurationRun) -> list[list]:
+    "[source index, file, part] of each unit in blend order: parts of files (`file_parts`), or a whole source."
     out = []
     for i, s in enumerate(run.sources):
         p = Path(s.path)
-        if p.is_dir() and not is_hf_folder(p) and not s.max_docs:
-            files = sorted(f for f in p.glob(s.glob) if f.is_file())
-            if not files:
-                raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; "
-                                "check the folder or the glob")
-            out += [(i, str(f)) for f in files]
-        else: out.append((i, str(p)))
+        if is_hf_folder(p) or s.max_docs: out.append([i, str(p), None]); continue
+        files = sorted(f for f in p.glob(s.glob) if f.is_file()) if p.is_dir() else [p]
+        if not files:
+            raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; "
+                            "check the folder or the glob")
+        out += [[i, str(f), part] for f in files for part in file_parts(f, run.unit_bytes, s.split)]
     return out
 
 def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> CurationRun:
@@ -89,6 +91,7 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
     if not names: raise DataError("a curation run needs at least one source")
     if len(set(names)) != len(names): raise DataError(f"source names must be unique, got {names}")
     if run.tasks < 1: raise DataError(f"tasks={run.tasks}: want at least 1")
+    if run.unit_bytes < 1: raise DataError(f"unit_bytes={run.unit_bytes}: want at least 1 (default 256 MiB)")
     if run.on_error not in ("error", "skip", "replace"):
         raise DataError(f"on_error={run.on_error!r}: want error, skip or replace")
     if run.quality_pareto_alpha is not None and not run.quality_pareto_alpha > 0:
@@ -177,22 +180,23 @@ def _doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogate
 
 # %% ../nbs/05b_curation.ipynb #34705e37
 class ReadSources(CurationStep):
-    "Read this task's units (files, round-robin) with `read_documents`; documents keyed in blend order."
+    "Read this task's units (file parts, round-robin) with `read_documents`; documents keyed in blend order."
     name = "read"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         r = self.run_desc
         units = json.loads((self.root / "units.json").read_text())
         skips = Skips()
         for u in range(rank, len(units), world_size):
-            si, path = units[u]
+            si, path, part = units[u]
             src = r.sources[si]
-            one = dataclasses.replace(src, path=path, glob="**/*") if path != str(Path(src.path)) else src
-            for j, d in enumerate(self.timed(read_documents(one, r.on_error, skips))):
+            one = dataclasses.replace(src, path=path)
+            for j, d in enumerate(self.timed(read_documents(one, r.on_error, skips, part))):
                 self.count(src.name, docs_out=1, bytes_out=len(d["text"].encode()))
                 meta = {"source": src.name, "key": (u << _KEY_SHIFT) | j}
                 yield Document(text=d["text"], id=d["id"], metadata=meta)
             for k, v in skips.items(): self.count(src.name, **{f"skipped_{k}": v})
-            skips.clear()
+            self.count(src.name, **skips.dropped)        # left out by rule: WARC pages with no main text
+            skips.clear(); skips.dropped.clear()
         self.save_stats(rank)
 
 class CleanDocuments(CurationStep):
@@ -572,7 +576,8 @@ def load_stats(out) -> dict:
 
 RULES = {"clean": ["too_short"], "dedup": ["exact_dups", "fuzzy_dups"], "quality": ["low_quality"],
          "decontaminate": ["contaminated", "contam_dropped"],
-         "read": ["skipped_non_utf8", "skipped_malformed_json", "skipped_no_text", "skipped_empty"]}
+         "read": ["skipped_non_utf8", "skipped_malformed_json", "skipped_no_text", "skipped_empty",
+                  "skipped_undecodable", "skipped_extract_failed", "no_main_text"]}
 
 def stage_table(out):
     "Per-step documents and bytes in/out, removals by rule, CPU seconds and MB/s per CPU (a DataFrame)."
@@ -605,7 +610,7 @@ class Report(CurationStep):
                    "contaminated": get("decontaminate", s, "contaminated"),
                    "contam_dropped": get("decontaminate", s, "contam_dropped"),
                    "docs_out": get("merge", s, "docs_out"), "chars_out": get("merge", s, "chars_out"),
-                   "skipped_bad_input": sum(get("read", s, k) for k in RULES["read"])}
+                   "skipped_bad_input": sum(get("read", s, k) for k in RULES["read"] if k.startswith("skip"))}
             src[s] = {c: row[c] for c in STAT_COLUMNS} | {"tokens": get("merge", s, "tokens"),
                                                          "path": str(self.root / "curated" / f"{s}.jsonl"),
                                                          "prefix": str(self.root / "indexed" / s)}

@@ -13,10 +13,11 @@ from .config import DataError, EvalError, atomic_file, atomic_path, atomic_write
 from .tasks import TASKS, task_source, task_texts
 
 # %% auto #0
-__all__ = ['PILE_SETS', 'HASH_PRIME', 'STAT_COLUMNS', 'Source', 'parse_source', 'is_hf_folder', 'Skips', 'read_documents',
-           'clean_text', 'clean', 'norm_key', 'exact_dedup', 'FuzzyDeduper', 'html_to_text', 'QualityClassifier',
-           'pareto_keep', 'pareto_keep_probability', 'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams',
-           'decontaminate_text', 'decontaminate', 'curate', 'report_frame']
+__all__ = ['PILE_SETS', 'EXTRACT_TIMEOUT_S', 'HASH_PRIME', 'STAT_COLUMNS', 'Source', 'parse_source', 'is_hf_folder', 'Skips',
+           'decode_page', 'read_documents', 'file_parts', 'clean_text', 'clean', 'norm_key', 'exact_dedup',
+           'FuzzyDeduper', 'html_to_text', 'QualityClassifier', 'pareto_keep', 'pareto_keep_probability',
+           'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate',
+           'curate', 'report_frame']
 
 # %% ../nbs/05_data.ipynb #6dcbb849
 PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw",
@@ -78,14 +79,15 @@ def _open_bytes(path):
 
 def _is_jsonl(p) -> bool:
     return any(str(p).endswith(s) for s in (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz"))
+def _is_warc(p) -> bool: return str(p).endswith((".warc", ".warc.gz"))
 def is_hf_folder(p) -> bool:
     p = Path(p)
     return (p.is_dir() and any((p / f).exists()
                                for f in ("dataset_info.json", "state.json", "dataset_dict.json")))
 
 class Skips(collections.Counter):
-    "Counts of skipped inputs by kind, with the first location of each kind in `.first`."
-    def __init__(self): super().__init__(); self.first = {}
+    "Counts of skipped bad inputs by kind (first location of each in `.first`); `.dropped`: left out by rule."
+    def __init__(self): super().__init__(); self.first = {}; self.dropped = collections.Counter()
     def add(self, kind, where):
         self[kind] += 1; self.first.setdefault(kind, where)
 
@@ -101,10 +103,16 @@ def _unreadable(path, e):
     return DataError(f"{path}: cannot read ({type(e).__name__}: {e}); check the file (permissions, a "
                      "complete download, the compression its name says) or leave it out")
 
-def _read_jsonl(path, text_key, on_error, skips, pile_set=""):
+def _read_jsonl(path, text_key, on_error, skips, pile_set="", part=None):
+    "(path:line, text) of a jsonl file, or of its `part` (first byte, end byte, first line number)."
+    lo, hi, first = part or (0, None, 1)
     try:
         with _open_bytes(path) as f:
-            for i, raw in enumerate(f, 1):
+            if lo: f.seek(lo)
+            pos = lo
+            for i, raw in enumerate(f, first):
+                if hi is not None and pos >= hi: break
+                pos += len(raw)
                 where = f"{path}:{i}"
                 try: line = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -130,89 +138,151 @@ def _read_jsonl(path, text_key, on_error, skips, pile_set=""):
         if type(e).__module__.startswith("zstandard"): raise _unreadable(path, e) from None
         raise
 
-def _read_parquet(path, text_key):
-    "Rows of a parquet file's `text_key` column, streamed by record batch."
+def _read_parquet(path, text_key, part=None):
+    "(path[row], text) of a parquet file's `text_key` column, or of its `part` (first, end row group, 1st row)."
     import pyarrow.parquet as pq
     try: f = pq.ParquetFile(path)
     except Exception as e: raise _unreadable(path, e) from None
     if text_key not in f.schema_arrow.names:
         raise DataError(f"{path}: no column {text_key!r} (columns: {f.schema_arrow.names}); pass text_key")
-    i = 0
-    for b in f.iter_batches(columns=[text_key]):
+    g0, g1, i = part or (0, f.num_row_groups, 0)
+    for b in f.iter_batches(columns=[text_key], row_groups=range(g0, g1)):
         for t in b.column(0).to_pylist():
             yield f"{path}[{i}]", t or ""; i += 1
 
-def _read_text_file(path, on_error, skips):
-    try: raw = Path(path).read_bytes()
+_BLANK_SEP = re.compile(r"(\n[ \t]*\n)")
+
+def _read_text_file(path, on_error, skips, split="", part=None):
+    "(path:line, text) of a text file: the whole file, or its lines / blank-line paragraphs (of `part`)."
+    lo, hi, first = part or (0, None, 1)
+    try:
+        with open(path, "rb") as f:
+            f.seek(lo)
+            raw = f.read() if hi is None else f.read(hi - lo)
     except OSError as e: raise _unreadable(path, e) from None
     try: text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
+        line = first + raw.count(b"\n", 0, e.start)
         _bad("non_utf8", f"{path}:{line}", f"byte {raw[e.start]:#04x} is not UTF-8", on_error, skips)
         if on_error != "replace": return
         text = raw.decode("utf-8", errors="replace")
-    yield f"{path}:1", text
+    if not split: yield f"{path}:{first}", text; return
+    line = first
+    for piece in (text.split("\n") if split == "line" else _BLANK_SEP.split(text)):
+        if piece.strip() and not _BLANK_SEP.fullmatch(piece): yield f"{path}:{line}", piece
+        line += piece.count("\n") + (split == "line")
 
-def _split_items(items, how):
-    "Split text-file items into lines or blank-line paragraphs, with their line numbers."
-    for where, text in items:
-        if where.endswith(":1") and not where.endswith("]"):
-            base, line = where[:-2], 1
-            pieces = text.split("\n") if how == "line" else re.split(r"(\n[ \t]*\n)", text)
-            for piece in pieces:
-                if piece.strip() and not re.fullmatch(r"\n[ \t]*\n", piece): yield f"{base}:{line}", piece
-                line += piece.count("\n") + (how == "line")
-        else: yield where, text
+# %% ../nbs/05_data.ipynb #ba430849
+def _hf_split_folder(folder: Path) -> Path:
+    "The `Dataset` folder of a `save_to_disk` folder: itself, or a `DatasetDict`'s 'train' (else first) split."
+    dd = folder / "dataset_dict.json"
+    if not dd.exists(): return folder
+    splits = json.loads(dd.read_text())["splits"]
+    return folder / ("train" if "train" in splits else splits[0])
+
+def _read_hf(folder, text_key, on_error, skips):
+    "(folder[row], text) of a `save_to_disk` folder, read by datatrove's `HuggingFaceDatasetReader`."
+    import itertools
+    from datatrove.pipeline.readers import HuggingFaceDatasetReader
+    ds = _hf_split_folder(Path(folder))
+    try: cols = list(json.loads((ds / "dataset_info.json").read_text()).get("features") or {})
+    except (OSError, ValueError) as e: raise _unreadable(ds, e) from None
+    if text_key not in cols:
+        raise DataError(f"{folder}: no column {text_key!r} (columns: {cols}); pass text_key")
+    row = itertools.count()
+    def adapter(reader, data: dict, path, id_in_file):     # every row, in order: bad rows named and counted
+        where, text = f"{folder}[{next(row)}]", data.get(text_key)
+        if not isinstance(text, str) or not text.strip():
+            _bad("empty", where, "empty document", on_error, skips)
+            return {"text": ""}                         # datatrove's reader drops a document without text
+        return {"text": text, "id": where}
+    reader = HuggingFaceDatasetReader(str(ds), load_from_disk=True, adapter=adapter, text_key=text_key)
+    yield from ((d.id, d.text) for d in reader.run())
+
+# %% ../nbs/05_data.ipynb #e2280804
+_WHATWG = {"iso-8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252", "us-ascii": "cp1252",
+           "ascii": "cp1252"}      # browsers read these labels as windows-1252 (the WHATWG encoding standard)
+_CHARSET = re.compile(rb"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_META = re.compile(rb"<meta\b[^>]*>", re.I)
+_DETECT_BYTES = 32768       # detection reads this much of a page (chardet: ~0.5 s; a rare path)
+
+def _charsets(raw: bytes, content_type: str):
+    "Charsets to try on a page, in a browser's order: BOM, HTTP header, <meta> (first 4 KB), UTF-8, detected."
+    import codecs, chardet
+    if raw.startswith(codecs.BOM_UTF8): yield "utf-8-sig"
+    if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE): yield "utf-16"
+    declared = [_CHARSET.search(content_type.encode("latin-1", "replace"))]
+    declared += [_CHARSET.search(m.group()) for m in _META.finditer(raw[:4096])]
+    for m in filter(None, declared):
+        label = m.group(1).decode("ascii").lower()
+        yield _WHATWG.get(label, label)
+    yield "utf-8"
+    guess = chardet.detect(raw[:_DETECT_BYTES])["encoding"]   # chardet: right on short Latin pages, where
+    if guess: yield guess.lower()                        # charset_normalizer (Trafilatura's) guessed cp775
+
+def decode_page(raw: bytes, content_type: str = "") -> tuple[str | None, str]:
+    "(text, charset) of an HTML page: the first of `_charsets` that decodes it; (None, charsets tried) if none."
+    tried = []
+    for cs in _charsets(raw, content_type):
+        try: return raw.decode(cs), cs
+        except (LookupError, UnicodeDecodeError): tried.append(cs)
+    return None, ", ".join(tried)
+
+EXTRACT_TIMEOUT_S = 5.0     # Trafilatura's time per page (datatrove's default, 1 s, can trip on a loaded host)
 
 def _read_warc(path, on_error, skips):
-    "Text of every HTML response of a WARC file (.warc / .warc.gz), extracted by inscriptis (a crawl's view)."
+    "(path[record], main text) of each HTML response of a WARC file: `decode_page`, datatrove's Trafilatura."
     from warcio.archiveiterator import ArchiveIterator
-    from inscriptis import get_text
+    from datatrove.pipeline.extractors import Trafilatura
+    from datatrove.pipeline.extractors.base import ExtractorSandbox
+    import trafilatura  # noqa: F401  (imported before the sandbox forks)
+    ex = Trafilatura(favour_precision=True, deduplicate=False, timeout=EXTRACT_TIMEOUT_S)
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, ExtractorSandbox(timeout=ex.timeout) as box:
             for i, rec in enumerate(ArchiveIterator(f)):
                 ctype = (rec.http_headers.get_header("Content-Type") or "") if rec.http_headers else ""
                 if rec.rec_type != "response" or "html" not in ctype.lower(): continue
                 raw, where = rec.content_stream().read(), f"{path}[{i}]"
-                m = re.search(r"charset=([\w-]+)", ctype)
-                try: html = raw.decode(m.group(1) if m else "utf-8")
-                except (UnicodeDecodeError, LookupError):
-                    _bad("non_utf8", where, f"the page is not {m.group(1) if m else 'UTF-8'}", on_error,
-                         skips)
+                html, charset = decode_page(raw, ctype)
+                if html is None:
+                    msg = f"no charset decodes the page (tried {charset})"
+                    _bad("undecodable", where, msg, on_error, skips)
                     if on_error != "replace": continue
                     html = raw.decode("utf-8", errors="replace")
-                yield where, get_text(html)
+                try: text = box.process_document(html, ex.extract)
+                except (TimeoutError, EOFError) as e:       # too slow, or the extractor's process died
+                    _bad("extract_failed", where, f"Trafilatura: {type(e).__name__}: {e}", on_error, skips)
+                    continue
+                if not text:
+                    if skips is not None: skips.dropped["no_main_text"] += 1
+                    continue
+                yield where, text
     except DataError: raise
     except Exception as e: raise _unreadable(path, e) from None     # warcio fails in many ways on a cut file
 
-def _read_file(f, src, on_error, skips):
-    "(where, text) of one file of `src`: jsonl (optionally one Pile subset), parquet, WARC, or plain text."
-    if _is_jsonl(f): return _read_jsonl(f, src.text_key, on_error, skips, src.pile_set)
-    if str(f).endswith(".parquet"): return _read_parquet(f, src.text_key)
-    if str(f).endswith((".warc", ".warc.gz")): return _read_warc(f, on_error, skips)
-    return _read_text_file(f, on_error, skips)
+# %% ../nbs/05_data.ipynb #8a152f99
+def _read_file(f, src, on_error, skips, part=None):
+    "(where, text) of one file of `src` (or its `part`): jsonl (a Pile subset), parquet, WARC, or plain text."
+    if _is_jsonl(f): return _read_jsonl(f, src.text_key, on_error, skips, src.pile_set, part)
+    if str(f).endswith(".parquet"): return _read_parquet(f, src.text_key, part)
+    if _is_warc(f): return _read_warc(f, on_error, skips)
+    return _read_text_file(f, on_error, skips, src.split, part)
 
-def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None) -> Iterator[dict]:
-    "Documents `{'id', 'text', 'source'}` of `src`, streamed; bad input: `DataError`, or counted in `skips`."
+def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None,
+                   part: list | None = None) -> Iterator[dict]:
+    "Documents `{'id', 'text', 'source'}` of `src` (or a file's `part`), streamed; bad input: DataError/`skips`."
     if on_error not in ("error", "skip", "replace"):
         raise DataError(f"on_error={on_error!r}: want 'error', 'skip' or 'replace' (non-UTF-8 bytes "
                         "replaced, other problems skipped)")
     src.validate()
     p = Path(src.path)
-    if is_hf_folder(p):
-        import datasets
-        ds = datasets.load_from_disk(str(p))
-        if isinstance(ds, datasets.DatasetDict): ds = ds["train"] if "train" in ds else ds[next(iter(ds))]
-        if src.text_key not in ds.column_names:
-            raise DataError(f"{p}: no column {src.text_key!r} (columns: {ds.column_names}); pass text_key")
-        items = ((f"{p}[{i}]", r[src.text_key]) for i, r in enumerate(ds))
+    if is_hf_folder(p): items = _read_hf(p, src.text_key, on_error, skips)
     elif p.is_dir():
         files = sorted(f for f in p.glob(src.glob) if f.is_file())
         if not files:
             raise DataError(f"{p}: no file matches glob {src.glob!r}; check the folder or pass another glob")
         items = (it for f in files for it in _read_file(f, src, on_error, skips))
-    else: items = _read_file(p, src, on_error, skips)
-    if src.split: items = _split_items(items, src.split)
+    else: items = _read_file(p, src, on_error, skips, part)
     n = 0
     for where, text in items:
         if not text or not text.strip():
@@ -220,6 +290,53 @@ def read_documents(src: Source, on_error: str = "error", skips: Skips | None = N
         yield {"id": where, "text": text, "source": src.name}
         n += 1
         if src.max_docs and n >= src.max_docs: return
+
+# %% ../nbs/05_data.ipynb #0e296579
+def _boundary(f, blank: bool) -> int:
+    "Offset of the first line start at or after `f`'s position; with `blank`, the first start of a paragraph."
+    f.readline()                                # the rest of the line we landed in
+    if not blank: return f.tell()
+    prev = None
+    while line := f.readline():                 # after a blank line that follows a text line: where the
+        empty = not line.rstrip(b"\n").strip(b" \t")    # whole-file split would cut too
+        if empty and prev is False: return f.tell()
+        prev = empty
+    return f.tell()
+
+def _line_parts(path, unit_bytes: int, blank: bool = False) -> list:
+    "[first byte, end byte, first line] of line-aligned parts of about `unit_bytes` (one pass counts lines)."
+    size, parts, lo, line = os.path.getsize(path), [], 0, 1
+    with open(path, "rb") as f:
+        while lo < size:
+            f.seek(min(lo + unit_bytes, size) - 1)      # lands on a newline when the cut falls on a line end
+            hi = min(_boundary(f, blank), size)
+            parts.append([lo, hi, line])
+            f.seek(lo)
+            for n in range(0, hi - lo, 1 << 24): line += f.read(min(1 << 24, hi - lo - n)).count(b"\n")
+            lo = hi
+    return parts
+
+def _parquet_parts(path, unit_bytes: int) -> list:
+    "[first, end row group, first row] of parts of about `unit_bytes` of compressed column data."
+    import pyarrow.parquet as pq
+    try: meta = pq.ParquetFile(path).metadata
+    except Exception as e: raise _unreadable(path, e) from None
+    parts, size, row = [], 0, 0
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        if not parts or size >= unit_bytes: parts.append([g, g + 1, row]); size = 0
+        parts[-1][1] = g + 1
+        size += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        row += rg.num_rows
+    return parts
+
+def file_parts(path, unit_bytes: int, split: str = "") -> list:
+    "Parts of a file for `read_documents(part=)` of about `unit_bytes` each; `[None]`: read it whole."
+    p = str(path)
+    if os.path.getsize(p) <= unit_bytes or p.endswith((".gz", ".zst")) or _is_warc(p): return [None]
+    if p.endswith(".parquet"): return _parquet_parts(p, unit_bytes)
+    if p.endswith(".jsonl") or split: return _line_parts(p, unit_bytes, blank=split == "blank")
+    return [None]
 
 # %% ../nbs/05_data.ipynb #9e32c978
 _CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b\ufeff]")
