@@ -130,8 +130,7 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
         with atomic_file(qpath, "wb") as f: f.write(qbytes)
     atomic_write_text(out / "units.json", json.dumps(_units(run)))
     if run.eval_dir:
-        ng = DC.eval_ngrams(run.eval_dir, run.decontam_rule(), cache_dir=run.cache_dir)
-        with atomic_path(out / "eval_ngrams.npz") as tmp: np.savez(tmp, **{f"n{k}": v for k, v in ng.items()})
+        DC.save_ngrams(out / "eval_ngrams.npz", DC.eval_ngrams(run.eval_dir, run.decontam_rule(), cache_dir=run.cache_dir))
     atomic_write_text(spec, json.dumps(desc, indent=1))     # last: a folder with run.json is prepared
     return run
 
@@ -424,9 +423,9 @@ def _fuzzy_pairs(root: Path, tasks: int, num_perm: int, n: int = 200) -> list:
 # %% ../nbs/05b_curation.ipynb #13fbd06b
 class ReadCleaned(CurationStep):
     "Read back this task's cleaned documents (written by `DedupSignatures`)."
-    name = "read_cleaned"
+    name, folder = "read_cleaned", "docs"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        with open(self.root / "work" / "docs" / f"{rank:05d}.jsonl", encoding="utf-8") as f:
+        with open(self.root / "work" / self.folder / f"{rank:05d}.jsonl", encoding="utf-8") as f:
             for line in f:
                 o = json.loads(line)
                 yield Document(text=o["text"], id=o["id"], metadata={"source": o["s"], "key": o["k"]})
@@ -469,9 +468,7 @@ class QualityFilter(CurationStep):
 # %% ../nbs/05b_curation.ipynb #53f3dd76
 def _eval_ngrams(root: Path) -> dict | None:
     "The run's eval n-grams (written by `prepare_run`), or None when the run has no evaluation sets."
-    p = root / "eval_ngrams.npz"
-    if not p.exists(): return None
-    with np.load(p) as z: return {int(k[1:]): z[k] for k in z.files}
+    return DC.load_ngrams(root / "eval_ngrams.npz") if (root / "eval_ngrams.npz").exists() else None
 
 class CountEvalNgrams(CurationStep):
     "Write this task's kept documents for stage 5, counting the eval n-grams each hits (Megatron's frequency pass)."
@@ -493,26 +490,18 @@ class CountEvalNgrams(CurationStep):
 
 def corpus_counts(root: Path, tasks: int) -> DC.NgramCounts:
     "The eval n-gram counts of every stage-4 task summed (computed once, then read from work/ngram_counts.npz)."
-    total = root / "work" / "ngram_counts.npz"
-    if total.exists(): return DC.NgramCounts.load(total)
-    files = sorted((root / "work" / "ngram_counts").glob("*.npz"))
-    if len(files) != tasks:
-        raise DataError(f"{root}: {len(files)} of {tasks} stage-4 tasks wrote their n-gram counts; "
-                        "run stage 4_filter to the end first")
-    out = DC.NgramCounts()
-    for f in files: out.update(DC.NgramCounts.load(f))
-    out.save(total)                        # atomic: tasks racing here write the same bytes
-    return out
+    total, files = root / "work" / "ngram_counts.npz", sorted((root / "work" / "ngram_counts").glob("*.npz"))
+    if not total.exists():
+        if len(files) != tasks:
+            raise DataError(f"{root}: {len(files)} of {tasks} stage-4 tasks wrote their n-gram counts; "
+                            "run stage 4_filter to the end first")
+        DC.NgramCounts.total(files).save(total)     # atomic: tasks racing here write the same bytes
+    return DC.NgramCounts.load(total)
 
 # %% ../nbs/05b_curation.ipynb #dd94b163
-class ReadKept(CurationStep):
+class ReadKept(ReadCleaned):
     "Read back this task's documents kept by stage 4 (written by `CountEvalNgrams`)."
-    name = "read_kept"
-    def run(self, data=None, rank: int = 0, world_size: int = 1):
-        with open(self.root / "work" / "kept" / f"{rank:05d}.jsonl", encoding="utf-8") as f:
-            for line in f:
-                o = json.loads(line)
-                yield Document(text=o["text"], id=o["id"], metadata={"source": o["s"], "key": o["k"]})
+    name, folder = "read_kept", "kept"
 
 class Decontaminate(CurationStep):
     "Megatron's cuts around eval n-gram matches, with the n-grams hit in fewer than `key_threshold` documents."

@@ -13,8 +13,8 @@ from .config import DataError, EvalError, atomic_path, cache_root
 from .tasks import TASKS, TEXT_FIELDS, task_source, task_texts
 
 # %% auto #0
-__all__ = ['HASH_PRIME', 'DecontamRule', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'ngram_hits',
-           'NgramCounts', 'below_threshold', 'count_ngrams', 'decontaminate']
+__all__ = ['HASH_PRIME', 'DecontamRule', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'save_ngrams', 'load_ngrams',
+           'decontaminate_text', 'ngram_hits', 'NgramCounts', 'below_threshold', 'count_ngrams', 'decontaminate']
 
 # %% ../nbs/05e_decontam.ipynb #286ef9a9
 @dataclass(frozen=True)
@@ -78,16 +78,23 @@ def eval_ngrams(eval_dir, rule: DecontamRule = DecontamRule(), cache_dir=None) -
     files = sorted((str(p), p.stat().st_size) for p in d.rglob("*") if p.is_file())
     stamp = hashlib.md5(json.dumps([files, TEXT_FIELDS, n, lo, "v4"]).encode()).hexdigest()[:12]
     cache = cache_root(cache_dir) / "decontam" / f"eval-{n}grams-{stamp}.npz"
-    if cache.exists():
-        with np.load(cache) as z: return {int(k[1:]): z[k] for k in z.files}
+    if cache.exists(): return load_ngrams(cache)
     parts = collections.defaultdict(list)
     for _, t in eval_texts(d):
         h, _, _ = _words(t)
         if len(h) >= n: parts[n].append(ngram_hashes(h, n))
         elif len(h) >= lo: parts[len(h)].append(ngram_hashes(h, len(h)))     # a short text: one n-gram
     out = {k: np.unique(np.concatenate(v)) for k, v in sorted(parts.items())}
-    with atomic_path(cache) as tmp: np.savez(tmp, **{f"n{k}": v for k, v in out.items()})
+    save_ngrams(cache, out)
     return out
+
+def save_ngrams(path, ngrams: dict):
+    "Write {length: sorted hashes} to `path` (.npz) atomically."
+    with atomic_path(Path(path)) as tmp: np.savez(tmp, **{f"n{k}": v for k, v in ngrams.items()})
+
+def load_ngrams(path) -> dict[int, np.ndarray]:
+    "{length: sorted hashes} written by `save_ngrams`."
+    with np.load(path) as z: return {int(k[1:]): z[k] for k in z.files}
 
 # %% ../nbs/05e_decontam.ipynb #7a90e5f0
 def _matches(h: np.ndarray, ngrams: dict) -> list[tuple[int, int]]:
@@ -181,6 +188,13 @@ class NgramCounts:
         "Counts written by `save`."
         out = cls()
         with np.load(path) as z: out.table = {int(k[1:]): (z[k], z["c" + k[1:]]) for k in z.files if k[0] == "h"}
+        return out
+
+    @classmethod
+    def total(cls, paths) -> "NgramCounts":
+        "The counts saved in `paths` (one file a task), added up."
+        out = cls()
+        for p in paths: out.update(cls.load(p))
         return out
 
 def below_threshold(ngrams: dict, counts: NgramCounts, key_threshold: int = 10) -> dict[int, np.ndarray]:
