@@ -130,7 +130,8 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
         with atomic_file(qpath, "wb") as f: f.write(qbytes)
     atomic_write_text(out / "units.json", json.dumps(_units(run)))
     if run.eval_dir:
-        DC.save_ngrams(out / "eval_ngrams.npz", DC.eval_ngrams(run.eval_dir, run.decontam_rule(), cache_dir=run.cache_dir))
+        ng = DC.eval_ngrams(run.eval_dir, run.decontam_rule(), cache_dir=run.cache_dir)
+        DC.save_ngrams(out / "eval_ngrams.npz", ng)
     atomic_write_text(spec, json.dumps(desc, indent=1))     # last: a folder with run.json is prepared
     return run
 
@@ -471,7 +472,7 @@ def _eval_ngrams(root: Path) -> dict | None:
     return DC.load_ngrams(root / "eval_ngrams.npz") if (root / "eval_ngrams.npz").exists() else None
 
 class CountEvalNgrams(CurationStep):
-    "Write this task's kept documents for stage 5, counting the eval n-grams each hits (Megatron's frequency pass)."
+    "Write this task's kept documents for stage 5, counting the eval n-grams they hit (Megatron's frequency pass)."
     name = "count_ngrams"
     def run(self, data, rank: int = 0, world_size: int = 1):
         ng, counts, work = _eval_ngrams(self.root), DC.NgramCounts(), self.root / "work"

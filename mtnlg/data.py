@@ -370,7 +370,7 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
         st = stats[s.name]; st["skipped_bad_input"] = sum(skips.values())
         if log: log(f"curate {s.name}: {st['docs_in']} in ({time.time() - t0:.1f}s)"
                     + (f"; skipped {dict(skips)} first at {skips.first}" if skips else ""))
-    if ng is not None:          # pass 2: Megatron's cuts with the n-grams hit in fewer than key_threshold documents
+    if ng is not None:          # pass 2: Megatron's cuts, with the n-grams hit in fewer than key_threshold docs
         used = DC.below_threshold(ng, counts, decontam.key_threshold)
         for s in srcs:
             with open(kept(s), encoding="utf-8") as f:

@@ -29,8 +29,8 @@ class DecontamRule:
 
     def validate(self):
         "Check the parameters; raise `DataError` naming the bad one."
-        bad = [f.name for f in fields(self) if not isinstance(getattr(self, f.name), int) or getattr(self, f.name) < 0]
-        if bad or not 1 <= self.min_ngram_size <= self.max_ngram_size or self.key_threshold < 1:
+        values = [getattr(self, f.name) for f in fields(self)]
+        if not all(isinstance(v, int) and v >= 0 for v in values) or not 1 <= self.min_ngram_size <= self.max_ngram_size or self.key_threshold < 1:
             raise DataError(f"decontamination rule {self}: want whole numbers >= 0, 1 <= min_ngram_size <= "
                             "max_ngram_size and key_threshold >= 1 (Megatron's: 8, 13 and 10)")
         return self
@@ -61,7 +61,7 @@ def ngram_hashes(word_hashes: np.ndarray, n: int = 13) -> np.ndarray:
 
 # %% ../nbs/05e_decontam.ipynb #709acedf
 def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
-    "(task, text) of each field `TEXT_FIELDS` names, alone, of every example of the paper's tasks under `eval_dir`."
+    "(task, text) of each field `TEXT_FIELDS` names, alone, of every example of the tasks under `eval_dir`."
     d = Path(eval_dir)
     if not d.is_dir():
         raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
@@ -98,7 +98,7 @@ def load_ngrams(path) -> dict[int, np.ndarray]:
 
 # %% ../nbs/05e_decontam.ipynb #7a90e5f0
 def _matches(h: np.ndarray, ngrams: dict) -> list[tuple[int, int]]:
-    "(first word, last word) of each n-gram of `h` in `ngrams`: leftmost first; at one word the longest, then shortest up."
+    "(first word, last word) of each n-gram of `h` in `ngrams`: leftmost first; at a word the longest, then shortest."
     out, top = [], max(ngrams, default=0)
     for k, ref in ngrams.items():
         g = ngram_hashes(h, k) if len(ref) else ()

@@ -1,5 +1,5 @@
 """Tests of mtnlg.decontam: Megatron's filter_ngrams.py rules on real pages and the fixture evaluation sets."""
-import re
+import collections, re
 import numpy as np
 import pytest
 
@@ -35,7 +35,7 @@ def _whole(t):
 
 
 def test_each_field_alone_short_ones_whole(fixture_data, ng):
-    "PIQA goals and BoolQ questions are matched alone: one of 8-12 words is a whole n-gram, a longer one 13-grams."
+    "PIQA goals and BoolQ questions are matched alone: of 8-12 words as one whole n-gram, longer ones by 13-grams."
     goals = [d["goal"] for d in load_docs("piqa", fixture_data / "eval")[0]["validation"]]
     questions = [d["question"] for d in load_docs("boolq", fixture_data / "eval")[0]["validation"]]
     texts = [t for task, t in DC.eval_texts(fixture_data / "eval") if task in ("piqa", "boolq")]
@@ -114,11 +114,11 @@ def test_decontaminate_stream(fixture_data, ng, book):
     "Pieces become documents `<id>#<i>`; per source: contaminated, matches, dropped."
     lam = load_docs("lambada", fixture_data / "eval")[0]["test"][0]["text"]
     page = book[50_000:53_000]
-    docs = [{"id": "a", "source": "s", "text": page}, {"id": "b", "source": "s", "text": _plant(page, lam, 1500)[0]},
-            {"id": "c", "source": "s", "text": "tiny " * 10 + lam + " tiny" * 10}]
-    import collections
+    texts = [page, _plant(page, lam, 1500)[0], "tiny " * 10 + lam + " tiny" * 10]   # a piece <= 200: dropped
+    docs = [{"id": i, "source": "s", "text": t} for i, t in zip("abc", texts)]
     stats = collections.defaultdict(collections.Counter)
     out = list(DC.decontaminate(docs, stats, ng))
     assert [d["id"] for d in out] == ["a", "b#0", "b#1"]
     assert not any(w in " ".join(d["text"] for d in out) for w in (lam[:60], lam[-60:]))   # the whole passage
-    assert (stats["s"]["contaminated"], stats["s"]["contam_dropped"]) == (2, 1) and stats["s"]["contam_matches"] > 2
+    assert (stats["s"]["contaminated"], stats["s"]["contam_dropped"]) == (2, 1)
+    assert stats["s"]["contam_matches"] > 2
