@@ -86,7 +86,7 @@ def main():
     a = ap.parse_args()
     if a.child:
         print(json.dumps(child(json.loads(a.child)))); return
-    import mtnlg.data as D
+    import mtnlg.decontam as DC
     from mtnlg.corpus import planted_corpus
     with tempfile.TemporaryDirectory() as td:
         td = Path(td)
@@ -94,7 +94,7 @@ def main():
         mb = sum(f.stat().st_size for _, p, _ in srcs for f in Path(p).glob("*.jsonl")) / 1e6
         _, qc, _ = planted_corpus(td / "planted", Path(a.data))                  # the tests' classifier
         (td / "qc.pkl").write_bytes(pickle.dumps(qc))
-        D.eval_ngrams(Path(a.data) / "eval", cache_dir=td / "cache")           # built once, cached for all
+        DC.eval_ngrams(Path(a.data) / "eval", cache_dir=td / "cache")           # built once, cached for all
         base = dict(sources=srcs, qc=str(td / "qc.pkl"), eval=str(Path(a.data) / "eval"), cache=str(td / "cache"))
         cfgs = [dict(base, kind="single", what="today: curate + tokenize_to_indexed, one process", out=str(td / "single"))]
         cfgs += [dict(base, kind="stages", what=f"datatrove stages, {a.tasks} tasks, {w} worker(s)", tasks=a.tasks,

@@ -11,14 +11,15 @@ import numpy as np
 from .config import DataError, DataConfig, atomic_file, atomic_path, atomic_write_text, cache_root
 from .data import (Source, QualityClassifier, clean_text, curate, html_to_text, parse_source,
                         read_documents, report_frame)
+from .tasks import task_texts
 from .indexed import (BlendEntry, blend_table, build_datasets, indexed_stats, load_blend, make_blend,
                            paper_blend, plot_blend, save_blend, tokenize_to_indexed)
 from .curation import CurationRun, curate_run, stage_table
 
 # %% auto #0
-__all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE', 'fetch_demo_sources', 'demo_quality_classifier',
-           'prepare_demo_corpus', 'reservoir_sample', 'train_quality_classifier', 'planted_corpus', 'near_chain',
-           'cli_parser', 'cli_run']
+__all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE', 'QUOTE_TEXTS', 'fetch_demo_sources',
+           'demo_quality_classifier', 'prepare_demo_corpus', 'reservoir_sample', 'train_quality_classifier',
+           'quoting_pages', 'eval_plants', 'planted_corpus', 'near_chain', 'cli_parser', 'cli_run']
 
 # %% ../nbs/05d_corpus.ipynb #6ed4f3da
 DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "foldoc": 0.25, "pydocs": 0.2, "pyweb": 0.1}
@@ -223,12 +224,44 @@ def train_quality_classifier(good: list[Source], web: list[Source], max_docs: in
                 f"held-out accuracy {qc.heldout_accuracy:.3f}")
     return qc
 
+# %% ../nbs/05d_corpus.ipynb #79b4d805
+_STOP = re.compile(r"[.!?]\s")             # a sentence end: where a quotation is put
+# (file under corpus/, first character): text no other planted source reads, for the pages quoting eval texts
+QUOTE_TEXTS = [("gutenberg/austen-sense.txt", 0), ("gutenberg/chesterton-thursday.txt", 0),
+               ("gutenberg/austen-emma.txt", 17_000), ("gutenberg/chesterton-brown.txt", 65_000),
+               ("gutenberg/melville-moby_dick.txt", 20_000), ("gutenberg/chesterton-ball.txt", 0),
+               ("gutenberg/shakespeare-hamlet.txt", 0), ("gutenberg/shakespeare-macbeth.txt", 0),
+               ("gutenberg/milton-paradise.txt", 0), ("gutenberg/whitman-leaves.txt", 0),
+               ("gutenberg/blake-poems.txt", 0), ("tinyshakespeare/input.txt", 0), ("wikitext2/test.txt", 0),
+               ("us_speeches/inaugural/*.txt", 0)]
+
+def quoting_pages(text: str, groups: list[list[str]], gap: int = 900) -> list[dict]:
+    "Pages of `text`, each quoting one group of texts, each after the first sentence end `gap`+ characters on."
+    pages, at = [], len(text) - len(text.lstrip())
+    for group in groups:
+        start, page, spans = at, "", []
+        for t in group + [None]:
+            m = _STOP.search(text, at + gap)
+            if m is None: raise DataError(f"{len(pages)} pages used the book text up; plant fewer texts")
+            page += text[at:m.start() + 1]; at = m.start() + 1
+            if t is not None: page += " "; spans.append((len(page), len(page) + len(t))); page += t
+        pages.append({"text": page, "plain": text[start:at], "spans": spans})
+        at += len(text[at:]) - len(text[at:].lstrip())
+    return pages
+
+def eval_plants(eval_dir) -> list[str]:
+    "Every LAMBADA passage, PIQA goal, BoolQ question and WiC sentence of `eval_dir` of 8+ words, once each."
+    out = [t for task in ("lambada", "piqa", "boolq", "wic") for t in task_texts(task, eval_dir)
+           if len(re.findall(r"\w+", t)) >= 8]
+    return [clean_text(t) for t in dict.fromkeys(out)]
+
+
 # %% ../nbs/05d_corpus.ipynb #6443dd1c
 def _slices(text: str, size: int, n: int, skip: int) -> list[str]:
     return [text[skip + i * size: skip + (i + 1) * size] for i in range(n)]
 
 def planted_corpus(root, data) -> tuple[list[Source], QualityClassifier, dict]:
-    "Three sources of real text from `data`/corpus with planted duplicates, bad pages and eval passages."
+    "Four sources of real text from `data`/corpus with planted duplicates, bad pages and eval texts."
     import html as _h
     root, c = Path(root), Path(data) / "corpus"
     (root / "books").mkdir(parents=True, exist_ok=True)
@@ -255,9 +288,24 @@ def planted_corpus(root, data) -> tuple[list[Source], QualityClassifier, dict]:
     m = book("melville-moby_dick.txt", 5)
     jl(root / "news.jsonl", [m[0], f"{m[1][:1500]} {lam} {m[1][1500:]}", m[2],
                              f"{m[3][:1500]} {short} {m[3][1500:]}", m[4]])
+    text = "\n\n".join(clean_text(p.read_text(errors="replace")[skip:]) for f, skip in QUOTE_TEXTS
+                       for p in sorted(c.glob(f)))
+    plants = eval_plants(ev)
+    hyp = [t for t in task_texts("anli_r2", ev) if len(re.findall(r"\w+", t)) == 8]
+    often, rarely = hyp[0], hyp[1]                                   # in 10 documents (left alone), in 9 (cut)
+    groups = [plants[i:i + 8] for i in range(0, len(plants), 8)]
+    groups = [[often] * (i < 10) + [rarely] * (10 <= i < 19) + g for i, g in enumerate(groups)]
+    pages = quoting_pages(text, groups)
+    quotes = []
+    for f, part in (("a", pages[0::2]), ("b", pages[1::2])):         # two files: one for each of two tasks
+        jl(root / "quotes" / f"{f}.jsonl", [p["text"] for p in part])
+        for line, p in enumerate(part, 1):
+            spans = [(s, e, p["text"][s:e] != often) for s, e in p["spans"]]       # (start, end, to be cut)
+            quotes.append({**p, "id": f"{root / 'quotes' / f}.jsonl:{line}", "spans": spans})
     srcs = [Source("books", str(root / "books")), Source("web", str(root / "web.jsonl"), quality_filter=True),
-            Source("news", str(root / "news.jsonl"))]
-    return srcs, qc, {"exact": exact, "near": near, "low": low, "lambada": lam, "short": short}
+            Source("news", str(root / "news.jsonl")), Source("quotes", str(root / "quotes"))]
+    return srcs, qc, {"exact": exact, "near": near, "low": low, "lambada": lam, "short": short, "quotes": quotes,
+                      "often": often, "rarely": rarely}
 
 # %% ../nbs/05d_corpus.ipynb #92190e6c
 def near_chain(data, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]:

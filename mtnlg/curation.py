@@ -13,17 +13,18 @@ from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 from .config import DataError, atomic_file, atomic_path, atomic_write_text
 from .tokenizer import get_tokenizer
-from .data import (Source, QualityClassifier, FuzzyDeduper, read_documents, clean_text, eval_ngrams,
-                        decontaminate_text, STAT_COLUMNS, Skips, norm_key, HASH_PRIME, is_hf_folder,
-                        file_parts)
+from .data import (Source, QualityClassifier, FuzzyDeduper, read_documents, clean_text, STAT_COLUMNS, Skips,
+                        norm_key, HASH_PRIME, is_hf_folder, file_parts)
 from .data import pareto_keep
+from . import decontam as DC
 from .indexed import indexed_paths, indexed_writer, token_dtype
 
 # %% auto #0
 __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 'ReadSources', 'CleanDocuments',
            'DedupSignatures', 'DedupBuckets', 'DedupCluster', 'dedup_decisions', 'ReadCleaned', 'DedupFilter',
-           'QualityFilter', 'Decontaminate', 'TokenizeShards', 'MergeSources', 'load_stats', 'stage_table', 'Report',
-           'stages', 'run_local', 'SlurmStage', 'run_slurm', 'curate_run', 'cluster_cost']
+           'QualityFilter', 'CountEvalNgrams', 'corpus_counts', 'ReadKept', 'Decontaminate', 'TokenizeShards',
+           'MergeSources', 'load_stats', 'stage_table', 'Report', 'stages', 'run_local', 'SlurmStage', 'run_slurm',
+           'curate_run', 'cluster_cost']
 
 # %% ../nbs/05b_curation.ipynb #2502f9bc
 @dataclass
@@ -49,6 +50,13 @@ class CurationRun:
     quality_pareto_alpha: float | None = None
     # a unit of work: a file larger than this is read as parts (`mtnlg.data.file_parts`; 256 MiB)
     unit_bytes: int = 256 << 20
+    # decontamination: Megatron's filter_ngrams.py flags and defaults (`mtnlg.decontam.DecontamRule`)
+    max_ngram_size: int = 13            # eval n-grams: every 13-gram of a longer text
+    min_ngram_size: int = 8             # a text of 8..12 words is one n-gram, matched whole; a shorter one none
+    key_threshold: int = 10             # eval n-grams hit in this many kept documents or more are not used
+    remove_char_each_side: int = 200    # characters cut each side of a match, then on to a sentence end
+    filter_text_char_len: int = 200     # pieces of this many characters or fewer are dropped
+    splits_count: int = 10              # a document left in more pieces than this is dropped
 
     def __post_init__(self):
         self.sources = [s if isinstance(s, Source) else Source(**s) for s in self.sources]
@@ -62,8 +70,12 @@ class CurationRun:
         for k in ("out", "cache_dir"): d.pop(k)
         d["sources"] = [dataclasses.asdict(s) | {"path": str(Path(s.path).resolve())} for s in self.sources]
         d["eval_dir"] = str(Path(self.eval_dir).resolve()) if self.eval_dir else None
-        d["version"] = 2                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard
-        return d
+        d["version"] = 3                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard;
+        return d                        # 3: Megatron's decontamination (fields alone, frequency pass, sentence ends)
+
+    def decontam_rule(self) -> DC.DecontamRule:
+        "The run's decontamination parameters as a `DecontamRule`."
+        return DC.DecontamRule(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DC.DecontamRule)})
 
     def lsh_bands(self) -> tuple[int, int]:
         "(bands, rows) of the LSH index: datasketch's optimum for `fuzzy_threshold` and `num_perm`."
@@ -97,6 +109,7 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
     if run.quality_pareto_alpha is not None and not run.quality_pareto_alpha > 0:
         raise DataError(f"quality_pareto_alpha={run.quality_pareto_alpha}: want a positive number "
                         "(GPT-3 used 9) or None for the score threshold")
+    run.decontam_rule().validate()
     out, wants_q = run.path, [s.name for s in run.sources if s.quality_filter]
     spec, qpath = out / "run.json", out / "quality.pkl"
     if wants_q and quality is None and not qpath.exists():
@@ -126,8 +139,8 @@ def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> C
         with atomic_file(qpath, "wb") as f: f.write(qbytes)
     atomic_write_text(out / "units.json", json.dumps(_units(run)))
     if run.eval_dir:
-        ng = eval_ngrams(run.eval_dir, cache_dir=run.cache_dir)
-        with atomic_path(out / "eval_ngrams.npz") as tmp: np.savez(tmp, **{f"n{k}": v for k, v in ng.items()})
+        ng = DC.eval_ngrams(run.eval_dir, run.decontam_rule(), cache_dir=run.cache_dir)
+        DC.save_ngrams(out / "eval_ngrams.npz", ng)
     atomic_write_text(spec, json.dumps(desc, indent=1))     # last: a folder with run.json is prepared
     return run
 
@@ -425,9 +438,9 @@ def _fuzzy_pairs(root: Path, tasks: int, num_perm: int, n: int = 200) -> list:
 # %% ../nbs/05b_curation.ipynb #13fbd06b
 class ReadCleaned(CurationStep):
     "Read back this task's cleaned documents (written by `DedupSignatures`)."
-    name = "read_cleaned"
+    name, folder = "read_cleaned", "docs"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
-        with open(self.root / "work" / "docs" / f"{rank:05d}.jsonl", encoding="utf-8") as f:
+        with open(self.root / "work" / self.folder / f"{rank:05d}.jsonl", encoding="utf-8") as f:
             for line in f:
                 o = json.loads(line)
                 yield Document(text=o["text"], id=o["id"], metadata={"source": o["s"], "key": o["k"]})
@@ -468,18 +481,58 @@ class QualityFilter(CurationStep):
             if keep: yield d
         self.save_stats(rank)
 
+# %% ../nbs/05b_curation.ipynb #53f3dd76
+def _eval_ngrams(root: Path) -> dict | None:
+    "The run's eval n-grams (written by `prepare_run`), or None when the run has no evaluation sets."
+    return DC.load_ngrams(root / "eval_ngrams.npz") if (root / "eval_ngrams.npz").exists() else None
+
+class CountEvalNgrams(CurationStep):
+    "Write this task's kept documents for stage 5, counting the eval n-grams they hit (Megatron's frequency pass)."
+    name = "count_ngrams"
+    def run(self, data, rank: int = 0, world_size: int = 1):
+        ng, counts, work = _eval_ngrams(self.root), DC.NgramCounts(), self.root / "work"
+        with atomic_file(work / "kept" / f"{rank:05d}.jsonl") as f:
+            for d in data:
+                t0 = time.process_time()
+                s, b = d.metadata["source"], _doc_bytes(d)
+                hit = counts.add(DC.ngram_hits(d.text, ng)) if ng else 0
+                rec = {"k": d.metadata["key"], "s": s, "id": d.id, "text": d.text}
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                self.count(s, docs_in=1, bytes_in=b, docs_out=1, bytes_out=b, **({"eval_hits": 1} if hit else {}))
+                self.cpu += time.process_time() - t0
+        counts.save(work / "ngram_counts" / f"{rank:05d}.npz")
+        self.save_stats(rank)
+        return; yield
+
+def corpus_counts(root: Path, tasks: int) -> DC.NgramCounts:
+    "The eval n-gram counts of every stage-4 task summed (computed once, then read from work/ngram_counts.npz)."
+    total, files = root / "work" / "ngram_counts.npz", sorted((root / "work" / "ngram_counts").glob("*.npz"))
+    if not total.exists():
+        if len(files) != tasks:
+            raise DataError(f"{root}: {len(files)} of {tasks} stage-4 tasks wrote their n-gram counts; "
+                            "run stage 4_filter to the end first")
+        DC.NgramCounts.total(files).save(total)     # atomic: tasks racing here write the same bytes
+    return DC.NgramCounts.load(total)
+
+# %% ../nbs/05b_curation.ipynb #dd94b163
+class ReadKept(ReadCleaned):
+    "Read back this task's documents kept by stage 4 (written by `CountEvalNgrams`)."
+    name, folder = "read_kept", "kept"
+
 class Decontaminate(CurationStep):
-    "Megatron's rule: cut eval n-gram matches +/- 200 characters; pieces become documents, short ones dropped."
+    "Megatron's cuts around eval n-gram matches, with the n-grams hit in fewer than `key_threshold` documents."
     name = "decontaminate"
     def run(self, data, rank: int = 0, world_size: int = 1):
-        p = self.root / "eval_ngrams.npz"
-        ng = None
-        if p.exists():
-            with np.load(p) as z: ng = {int(k[1:]): z[k] for k in z.files}
+        r, ng = self.run_desc, _eval_ngrams(self.root)
+        rule = r.decontam_rule()
+        if ng:
+            t0 = time.process_time()
+            ng = DC.below_threshold(ng, corpus_counts(self.root, r.tasks), rule.key_threshold)
+            self.cpu += time.process_time() - t0
         for d in data:
             t0 = time.process_time()
             s, b = d.metadata["source"], _doc_bytes(d)
-            pieces, hits = decontaminate_text(d.text, ng) if ng else ([d.text], 0)
+            pieces, hits = DC.decontaminate_text(d.text, ng, rule) if ng else ([d.text], 0)
             b_out = sum(len(x.encode()) for x in pieces)
             self.count(s, docs_in=1, bytes_in=b, docs_out=len(pieces), bytes_out=b_out,
                        **({"contaminated": 1, "contam_matches": hits} if hits else {}),
@@ -557,8 +610,8 @@ class MergeSources(CurationStep):
         return; yield
 
 # %% ../nbs/05b_curation.ipynb #b531b76d
-STEP_ORDER = ["read", "clean", "signatures", "buckets", "cluster", "dedup", "quality", "decontaminate",
-              "tokenize", "merge"]
+STEP_ORDER = ["read", "clean", "signatures", "buckets", "cluster", "dedup", "quality", "count_ngrams",
+              "decontaminate", "tokenize", "merge"]
 
 def load_stats(out) -> dict:
     "{step: {'cpu_s', 'tasks', 'sources': {name: Counter}}} summed over the tasks' stats files of run `out`."
@@ -615,7 +668,10 @@ class Report(CurationStep):
                                                          "path": str(self.root / "curated" / f"{s}.jsonl"),
                                                          "prefix": str(self.root / "indexed" / s)}
         pairs = _fuzzy_pairs(self.root, r.tasks, r.num_perm)
-        rep = {"sources": src, "fuzzy_pairs": pairs, "eval_dir": r.eval_dir, "run": r.describe()}
+        counts = self.root / "work" / "ngram_counts.npz"
+        freq = DC.NgramCounts.load(counts).frequent(r.key_threshold) if counts.exists() else {}
+        rep = {"sources": src, "fuzzy_pairs": pairs, "eval_dir": r.eval_dir,
+               "frequent_ngrams": sum(map(len, freq.values())), "run": r.describe()}
         atomic_write_text(self.root / "report.json", json.dumps(rep, indent=1))
         table = stage_table(self.root).reset_index()
         atomic_write_text(self.root / "stats.json", table.to_json(orient="records", indent=1))
@@ -628,10 +684,10 @@ def stages(run: CurationRun) -> list[tuple[str, list, int]]:
     return [("1_read", [ReadSources(run), CleanDocuments(run), DedupSignatures(run)], n),
             ("2_buckets", [DedupBuckets(run)], n),
             ("3_cluster", [DedupCluster(run)], n),
-            ("4_filter", [ReadCleaned(run), DedupFilter(run), QualityFilter(run), Decontaminate(run),
-                          TokenizeShards(run)], n),
-            ("5_merge", [MergeSources(run)], min(n, len(run.sources))),
-            ("6_report", [Report(run)], 1)]
+            ("4_filter", [ReadCleaned(run), DedupFilter(run), QualityFilter(run), CountEvalNgrams(run)], n),
+            ("5_decontaminate", [ReadKept(run), Decontaminate(run), TokenizeShards(run)], n),
+            ("6_merge", [MergeSources(run)], min(n, len(run.sources))),
+            ("7_report", [Report(run)], 1)]
 
 def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None,
               stop_after: str | None = None) -> dict:

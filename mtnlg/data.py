@@ -4,20 +4,20 @@
 
 # %% ../nbs/05_data.ipynb #cd6e2e66
 from __future__ import annotations
-import collections, functools, gzip, hashlib, io, json, os, re, time, unicodedata
+import collections, gzip, hashlib, io, json, os, re, shutil, time, unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
-from .config import DataError, EvalError, atomic_file, atomic_path, atomic_write_text, cache_root
-from .tasks import TASKS, task_source, task_texts
+from .config import DataError, atomic_file, atomic_path, atomic_write_text
+from . import decontam as DC
+from .decontam import HASH_PRIME      # the rolling hash's multiplier (curation's band keys)
 
 # %% auto #0
-__all__ = ['PILE_SETS', 'EXTRACT_TIMEOUT_S', 'HASH_PRIME', 'STAT_COLUMNS', 'Source', 'parse_source', 'is_hf_folder', 'Skips',
-           'decode_page', 'read_documents', 'file_parts', 'clean_text', 'clean', 'norm_key', 'exact_dedup',
-           'FuzzyDeduper', 'html_to_text', 'QualityClassifier', 'pareto_keep', 'pareto_keep_probability',
-           'quality_filter', 'ngram_hashes', 'eval_texts', 'eval_ngrams', 'decontaminate_text', 'decontaminate',
-           'curate', 'report_frame']
+__all__ = ['PILE_SETS', 'EXTRACT_TIMEOUT_S', 'STAT_COLUMNS', 'Source', 'parse_source', 'is_hf_folder', 'Skips', 'decode_page',
+           'read_documents', 'file_parts', 'clean_text', 'clean', 'norm_key', 'exact_dedup', 'FuzzyDeduper',
+           'html_to_text', 'QualityClassifier', 'pareto_keep', 'pareto_keep_probability', 'quality_filter', 'curate',
+           'report_frame']
 
 # %% ../nbs/05_data.ipynb #6dcbb849
 PILE_SETS = ["Pile-CC", "PubMed Central", "Books3", "OpenWebText2", "ArXiv", "Github", "FreeLaw",
@@ -456,111 +456,21 @@ def quality_filter(docs: Iterable[dict], stats: dict, clf: QualityClassifier, th
         if not keep: st["low_quality"] += 1; continue
         yield {**d, "quality": round(s, 4)}
 
-# %% ../nbs/05_data.ipynb #4fc9298d
-_WORD = re.compile(r"\w+")
-HASH_PRIME = np.uint64(1099511628211)
-
-@functools.lru_cache(maxsize=1_000_000)
-def _word_hash(w: str) -> int:
-    return int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-
-def _words(text):
-    "Lowercase words of `text` as (hashes, start chars, end chars)."
-    ms = list(_WORD.finditer(text.lower()))
-    h = np.fromiter((_word_hash(m.group()) for m in ms), dtype=np.uint64, count=len(ms))
-    return (h, np.array([m.start() for m in ms], dtype=np.int64),
-            np.array([m.end() for m in ms], dtype=np.int64))
-
-def ngram_hashes(word_hashes: np.ndarray, n: int = 13) -> np.ndarray:
-    "Rolling 64-bit hash of every `n`-gram of `word_hashes`."
-    k = len(word_hashes) - n + 1
-    if k <= 0: return np.zeros(0, dtype=np.uint64)
-    h = np.zeros(k, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for i in range(n): h = h * HASH_PRIME + word_hashes[i:i + k]
-    return h
-
-def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
-    "(task, text) of every example of the paper's tasks whose files are under the evaluation data root `eval_dir`."
-    d = Path(eval_dir)
-    if not d.is_dir():
-        raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
-    for name in TASKS:
-        try: task_source(name, d)
-        except EvalError: continue                         # not in this data root: nothing of it to match
-        for text in task_texts(name, d): yield name, text
-
-def eval_ngrams(eval_dir, n: int = 13, min_n: int = 8, cache_dir=None) -> dict[int, np.ndarray]:
-    "{length: sorted unique hashes}: `n`-grams of long examples, whole ones of `min_n`..`n`-1 words (cached)."
-    d = Path(eval_dir)
-    if not d.is_dir():
-        raise DataError(f"eval_dir {d} is not a folder; pass the folder of the evaluation sets")
-    stamp = hashlib.md5(json.dumps(sorted((str(p), p.stat().st_size) for p in d.rglob("*")
-                                          if p.is_file())).encode()
-                        + f"{n},{min_n},v3".encode()).hexdigest()[:12]
-    cache = cache_root(cache_dir) / "decontam" / f"eval-{n}grams-{stamp}.npz"
-    if cache.exists():
-        with np.load(cache) as z: return {int(k[1:]): z[k] for k in z.files}
-    parts = collections.defaultdict(list)
-    for _, t in eval_texts(d):
-        h, _, _ = _words(t)
-        if len(h) >= n: parts[n].append(ngram_hashes(h, n))
-        # Megatron: a short example is one n-gram
-        elif len(h) >= min_n: parts[len(h)].append(ngram_hashes(h, len(h)))
-    out = {k: np.unique(np.concatenate(v)) for k, v in sorted(parts.items())}
-    with atomic_path(cache) as tmp: np.savez(tmp, **{f"n{k}": v for k, v in out.items()})
-    return out
-
-# %% ../nbs/05_data.ipynb #8a104b75
-def _as_ngram_sets(ngrams, n: int) -> dict[int, np.ndarray]:
-    "`eval_ngrams`' dict, or one sorted array of `n`-gram hashes, as {length: array}."
-    return {n: ngrams} if isinstance(ngrams, np.ndarray) else {int(k): v for k, v in ngrams.items() if len(v)}
-
-def _matches(h, sets):
-    "(first word, last word) of every word n-gram of `h` found in `sets` ({length: sorted hashes})."
-    out = []
-    for k, ref in sets.items():
-        g = ngram_hashes(h, k)
-        if len(g) == 0: continue
-        i = np.minimum(np.searchsorted(ref, g), len(ref) - 1)   # `ref` is sorted: binary search
-        out += [(j, j + k - 1) for j in np.flatnonzero(ref[i] == g)]
-    return sorted(out)
-
-def decontaminate_text(text: str, ngrams, n: int = 13, margin: int = 200, min_piece: int = 200,
-                       max_splits: int = 10) -> tuple[list[str], int]:
-    "(pieces kept, matches) of `text` less eval n-gram matches +/- `margin` chars (Megatron's rule)."
-    sets = _as_ngram_sets(ngrams, n)
-    h, st, en = _words(text)
-    pos = _matches(h, sets) if sets else []
-    if not pos: return [text], 0
-    spans = []
-    for a, b in pos:
-        a, b = max(0, st[a] - margin), min(len(text), en[b] + margin)
-        if spans and a <= spans[-1][1]: spans[-1][1] = max(spans[-1][1], b)
-        else: spans.append([a, b])
-    if len(spans) > max_splits: return [], len(pos)
-    cuts, prev = [], 0
-    for a, b in spans: cuts.append(text[prev:a]); prev = b
-    cuts.append(text[prev:])
-    return [c.strip() for c in cuts if len(c.strip()) >= min_piece], len(pos)
-
-def decontaminate(docs: Iterable[dict], stats: dict, ngrams, **kw) -> Iterator[dict]:
-    "Remove eval-set n-gram matches from documents (pieces become documents); `kw` of `decontaminate_text`."
-    for d in docs:
-        pieces, hits = decontaminate_text(d["text"], ngrams, **kw)
-        if not hits: yield d; continue
-        s = stats[d["source"]]; s["contaminated"] += 1; s["contam_matches"] += hits
-        if not pieces: s["contam_dropped"] += 1
-        for i, p in enumerate(pieces): yield {**d, "id": f"{d['id']}#{i}", "text": p}
-
 # %% ../nbs/05_data.ipynb #81f50656
 STAT_COLUMNS = ["docs_in", "too_short", "exact_dups", "fuzzy_dups", "scored", "low_quality", "contaminated",
                 "contam_dropped", "docs_out", "chars_out", "skipped_bad_input"]
 
+def _write_docs(path: Path, docs: Iterable[dict], st: collections.Counter | None = None):
+    "Write `docs` as jsonl ({'text', 'id'}) to `path` atomically, counting docs_out and chars_out in `st`."
+    with atomic_file(path) as f:
+        for d in docs:
+            f.write(json.dumps({"text": d["text"], "id": d["id"]}, ensure_ascii=False) + "\n")
+            if st is not None: st["docs_out"] += 1; st["chars_out"] += len(d["text"])
+
 def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassifier | None = None,
            quality_threshold: float = 0.5, min_chars: int = 200, fuzzy_threshold: float = 0.8,
            on_error: str = "error", cache_dir=None, log=print, quality_pareto_alpha: float | None = None,
-           seed: int = 1) -> dict:
+           seed: int = 1, decontam: DC.DecontamRule = DC.DecontamRule()) -> dict:
     "Clean, dedup (exact + fuzzy), quality-filter, decontaminate `sources` into `out_dir`; per-source report."
     srcs = [s.validate() for s in sources]
     names = [s.name for s in srcs]
@@ -568,30 +478,37 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
     if any(s.quality_filter for s in srcs) and quality is None:
         raise DataError("a source asks for quality filtering (+q) but no quality classifier was given")
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    ng = eval_ngrams(eval_dir, cache_dir=cache_dir) if eval_dir else None
+    ng = DC.eval_ngrams(eval_dir, decontam, cache_dir=cache_dir) if eval_dir else None
     stats = collections.defaultdict(collections.Counter)
-    seen, fz = set(), FuzzyDeduper(threshold=fuzzy_threshold)
+    seen, fz, counts = set(), FuzzyDeduper(threshold=fuzzy_threshold), DC.NgramCounts()
     only = {s.name for s in srcs if s.quality_filter}
-    for s in srcs:
+    kept = lambda s: out / ".kept" / f"{s.name}.jsonl"     # pass 1's output when there is a pass 2
+    for s in srcs:              # pass 1: clean, dedup, quality; with eval sets, count the n-grams hit
         t0, skips = time.time(), Skips()
         docs = clean(read_documents(s, on_error, skips), stats, min_chars=min_chars)
         docs = exact_dedup(docs, stats, seen)
         docs = fz(docs, stats)
         if quality is not None and s.quality_filter:
             docs = quality_filter(docs, stats, quality, quality_threshold, quality_pareto_alpha, only, seed)
-        if ng is not None: docs = decontaminate(docs, stats, ng)
-        with atomic_file(out / f"{s.name}.jsonl") as f:
-            for d in docs:
-                f.write(json.dumps({"text": d["text"], "id": d["id"]}, ensure_ascii=False) + "\n")
-                stats[s.name]["docs_out"] += 1
-                stats[s.name]["chars_out"] += len(d["text"])
+        if ng is None: _write_docs(out / f"{s.name}.jsonl", docs, stats[s.name])
+        else: _write_docs(kept(s), DC.count_ngrams(docs, counts, ng))
         st = stats[s.name]; st["skipped_bad_input"] = sum(skips.values())
-        if log: log(f"curate {s.name}: {st['docs_in']} in -> {st['docs_out']} out ({time.time() - t0:.1f}s)"
+        if log: log(f"curate {s.name}: {st['docs_in']} in ({time.time() - t0:.1f}s)"
                     + (f"; skipped {dict(skips)} first at {skips.first}" if skips else ""))
+    if ng is not None:          # pass 2: Megatron's cuts, with the n-grams hit in fewer than key_threshold docs
+        used = DC.below_threshold(ng, counts, decontam.key_threshold)
+        for s in srcs:
+            with open(kept(s), encoding="utf-8") as f:
+                docs = ({**json.loads(l), "source": s.name} for l in f)
+                _write_docs(out / f"{s.name}.jsonl", DC.decontaminate(docs, stats, used, decontam), stats[s.name])
+        shutil.rmtree(out / ".kept")
+    if log:
+        for s in names: log(f"curate {s}: {stats[s]['docs_out']} out")
     report = {"sources": {k: {c: int(stats[k][c]) for c in STAT_COLUMNS} | {"path": str(out / f"{k}.jsonl")}
                           for k in names},
               "fuzzy_pairs": [list(p) for p in fz.pairs[:200]],
               "eval_dir": str(eval_dir) if eval_dir else None,
+              "frequent_ngrams": sum(map(len, ng.values())) - sum(map(len, used.values())) if ng else 0,
               "quality_heldout_accuracy": quality.heldout_accuracy if quality else None}
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     return report

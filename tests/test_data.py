@@ -1,5 +1,5 @@
 """Tests of mtnlg.data: tokenizer, bad input, atomic indexed datasets, curation steps, blending, CLI."""
-import json, os, signal, subprocess, sys, time
+import collections, json, os, re, signal, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 import pytest
@@ -111,22 +111,6 @@ def test_curation_steps(tmp_path, fixture_data):
     assert list(D.FuzzyDeduper()([{"id": 0, "source": "a", "text": book}, {"id": 1, "source": "a", "text": book[20_000:]}], stats))[1]["id"] == 1
 
 
-def test_decontamination_rule(fixture_data, tmp_path):
-    ng = D.eval_ngrams(fixture_data / "eval", cache_dir=tmp_path)
-    lam = [json.loads(l)["text"] for l in (fixture_data / "eval/lambada/lambada_test.jsonl").open().readlines()[:15]]
-    filler = " ".join(f"word{i}" for i in range(60)) + ". "
-    one = filler * 3 + lam[0] + " " + filler * 3
-    pieces, hits = D.decontaminate_text(one, ng)
-    assert hits > 0 and len(pieces) == 2 and all(len(p) >= 200 for p in pieces)
-    start = one.index(lam[0])
-    assert pieces[0] == one[:start - 200].strip()          # match start minus 200 characters
-    many = filler.join(lam[:12])                             # 12 separated matches: split > 10 times -> dropped
-    assert D.decontaminate_text(many, ng)[0] == []
-    short = "tiny " * 10 + lam[1] + " tiny" * 10               # pieces under 200 characters are dropped
-    assert D.decontaminate_text(short, ng)[0] == []
-    assert D.decontaminate_text(filler * 5, ng) == ([filler * 5], 0)
-
-
 def test_quality_classifier_separates(fixture_data):
     import html, re
     good = [(fixture_data / f"corpus/gutenberg/{b}").read_text(errors="replace") for b in
@@ -219,25 +203,6 @@ def test_cli(tmp_path, fixture_data):
 
 # ---------------------------------------------------------------- issue 17: defects, datatrove curation, Slurm
 
-def test_short_eval_examples_are_removed(fixture_data, tmp_path):
-    "Megatron's short-example rule: a WiC sentence or PIQA goal of 8-12 words is matched as a whole."
-    import re
-    ng = D.eval_ngrams(fixture_data / "eval", cache_dir=tmp_path)
-    assert set(ng) == set(range(8, 14)) and all(len(ng[k]) > 0 for k in range(8, 13))
-    short = {"wic": [], "piqa": []}
-    for task, t in D.eval_texts(fixture_data / "eval"):
-        if task in short and 8 <= len(re.findall(r"\w+", t)) < 13: short[task].append(t)
-    # the examples the 13-gram rule alone missed (tests/data: the whole WiC dev set, the first 300 PIQA goals)
-    assert len(short["wic"]) > 400 and len(short["piqa"]) >= 10
-    filler = (fixture_data / "corpus/gutenberg/milton-paradise.txt").read_text()[20_000:21_000]
-    for s in short["wic"][::20] + short["piqa"][::2]:
-        pieces, hits = D.decontaminate_text(f"{filler} {s} {filler}", ng)
-        assert hits >= 1 and all(s not in p for p in pieces) and len(pieces) == 2, s
-    wic = [t for task, t in D.eval_texts(fixture_data / "eval") if task == "wic"]
-    seven = next(t for t in wic if len(re.findall(r"\w+", t)) == 7)      # under 8 words: not an n-gram
-    assert D.decontaminate_text(f"{filler} {seven} {filler}", ng)[1] == 0
-
-
 def test_pile_subset(tmp_path):
     rows = [("Pile-CC", "a web page"), ("Books3", "a book"), ("Pile-CC", "another page"), ("Github", "code")]
     p = tmp_path / "00.jsonl"
@@ -313,7 +278,45 @@ def test_curation_rules_each_remove_their_plant(planted):
     st = json.loads((Path(planted["run"].out) / "stats.json").read_text())
     steps = {r["step"]: r for r in st}
     assert steps["dedup"]["removed"] == "exact_dups=1, fuzzy_dups=1" and steps["quality"]["removed"] == "low_quality=12"
-    assert steps["read"]["docs_out"] == 63 and steps["tokenize"]["docs_out"] == 51
+    n = len(p["quotes"])                                    # + the pages quoting eval texts (next test)
+    assert steps["read"]["docs_out"] == 63 + n and steps["tokenize"]["docs_out"] == 51 + rep["quotes"]["docs_out"]
+
+
+def _expected_pieces(text, spans, margin=200, min_len=200, max_pieces=10):
+    "What Megatron's split_text rule leaves of `text` cut around the words of `spans` (merged where they overlap)."
+    cuts = []
+    for s, e in spans:
+        first, last = s + re.search(r"\w", text[s:e]).start(), s + [m.end() for m in re.finditer(r"\w+", text[s:e])][-1]
+        a = first - margin
+        while a > 0 and text[a] not in ".!?": a -= 1
+        b = last + margin
+        while b < len(text) and text[b] not in ".!?": b += 1
+        a, b = (a + 1 if a > 0 else 0), min(b + 1, len(text))
+        if cuts and a <= cuts[-1][1]: cuts[-1][1] = max(cuts[-1][1], b)
+        else: cuts.append([a, b])
+    bounds = [0] + [x for c in cuts for x in c] + [len(text)]
+    pieces = [text[bounds[i]:bounds[i + 1]].strip() for i in range(0, len(bounds), 2)]
+    pieces = [x for x in pieces if len(x) > min_len]
+    return pieces if len(pieces) <= max_pieces else []
+
+
+@pytest.mark.slow
+def test_curation_cuts_every_planted_eval_text_and_nothing_else(planted):
+    "Every LAMBADA passage, PIQA goal, BoolQ question and WiC sentence (8+ words) planted in real pages is cut out."
+    p, rep = planted["plant"], planted["rep"]
+    out = collections.defaultdict(list)
+    for d in _texts(planted["run"].out, "quotes"): out[d["id"].split("#")[0]].append(d["text"])
+    assert len(p["quotes"]) == rep["sources"]["quotes"]["docs_in"] == rep["sources"]["quotes"]["contaminated"] == 160
+    planted_texts = {q["text"][s:e] for q in p["quotes"] for s, e, cut in q["spans"] if cut}
+    assert len(planted_texts) == 1279 + 1                      # tests/data: 300 + 136 + 298 + 545, and `rarely`
+    for q in p["quotes"]:
+        want = _expected_pieces(q["text"], [(s, e) for s, e, cut in q["spans"] if cut])
+        assert out[q["id"]] == want, q["id"]                   # each plant cut out (and its sentences), nothing else
+        words = lambda t: " ".join(t.replace(p["often"], " ").split())
+        assert all(words(x) in words(q["plain"]) for x in want)        # what is left is the page's own text
+    kept = [x for xs in out.values() for x in xs]
+    assert sum(p["often"] in x for x in kept) == 10 and not any(p["rarely"] in x for x in kept)
+    assert rep["frequent_ngrams"] == 1                          # `often`: in 10 documents, 5 of each task
 
 
 @pytest.mark.slow
@@ -437,17 +440,18 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     monkeypatch.setenv("MTNLG_CURATE_STALL", "tokenize:1")       # task 1 of the filter stage hangs before its output
     ids = curate_run(run, planted["qc"], executor="slurm", partition="debug", time_limit="00:15:00", log=None)
     monkeypatch.delenv("MTNLG_CURATE_STALL")
-    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_merge", "6_report"}
-    _wait(lambda: (out / "stalled-tokenize-1").exists(), "filter task 1 to start", 300, env)
-    subprocess.run(["scancel", f"{ids['4_filter']}_1"], check=True, env=env)          # kill it mid-way
-    subprocess.run(["scancel", str(ids["5_merge"]), str(ids["6_report"])], check=True, env=env)   # never to run now
+    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_decontaminate", "6_merge", "7_report"}
+    _wait(lambda: (out / "stalled-tokenize-1").exists(), "decontamination task 1 to start", 300, env)
+    subprocess.run(["scancel", f"{ids['5_decontaminate']}_1"], check=True, env=env)   # kill it mid-way
+    subprocess.run(["scancel", str(ids["6_merge"]), str(ids["7_report"])], check=True, env=env)   # never to run now
     _wait(lambda: not _slurm_jobs(env), "the queue to drain", 120, env)
     done = sorted(p.relative_to(out) for p in out.glob("logs/*/completions/*"))
     assert [str(p) for p in done] == ["logs/1_read/completions/00000", "logs/1_read/completions/00001",
                                       "logs/2_buckets/completions/00000", "logs/2_buckets/completions/00001",
                                       "logs/3_cluster/completions/00000", "logs/3_cluster/completions/00001",
-                                      "logs/4_filter/completions/00000"]
-    unfinished = [out / "stats" / f / "00001.json" for f in ("dedup", "quality", "decontaminate", "tokenize")]
+                                      "logs/4_filter/completions/00000", "logs/4_filter/completions/00001",
+                                      "logs/5_decontaminate/completions/00000"]
+    unfinished = [out / "stats" / f / "00001.json" for f in ("decontaminate", "tokenize")]
     before = {p: p.stat().st_mtime_ns for p in list(out.glob("logs/*/completions/*")) + list(out.glob("stats/*/*.json"))
               if p not in unfinished}                                     # the files of the finished tasks
     assert not (out / "report.json").exists()
@@ -458,12 +462,12 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     r = subprocess.run(cmd, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = json.loads(r.stdout.strip().splitlines()[-1])["jobs"]
-    assert [jobs[k] for k in ("1_read", "2_buckets", "3_cluster")] == [-1, -1, -1]       # nothing left to do there
-    assert json.loads((out / "logs/4_filter/ranks_to_run.json").read_text()) == [1]
+    assert [jobs[k] for k in ("1_read", "2_buckets", "3_cluster", "4_filter")] == [-1] * 4   # nothing left there
+    assert json.loads((out / "logs/5_decontaminate/ranks_to_run.json").read_text()) == [1]
     _wait(lambda: not _slurm_jobs(env), "the rerun to finish", 300, env)
-    info = subprocess.run(["scontrol", "show", "job", str(jobs["6_report"])], capture_output=True, text=True, env=env).stdout
-    assert "JobState=COMPLETED" in info, info + (out / "logs/6_report/slurm_logs").joinpath(
-        f"{jobs['6_report']}_0.out").read_text()[-2000:]
+    info = subprocess.run(["scontrol", "show", "job", str(jobs["7_report"])], capture_output=True, text=True, env=env).stdout
+    assert "JobState=COMPLETED" in info, info + (out / "logs/7_report/slurm_logs").joinpath(
+        f"{jobs['7_report']}_0.out").read_text()[-2000:]
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())        # finished tasks were not redone
     for s in planted["srcs"]:                                                 # the same output as the local executor
         for f in (f"curated/{s.name}.jsonl", f"indexed/{s.name}.bin", f"indexed/{s.name}.idx"):
