@@ -25,7 +25,7 @@ __all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE'
 DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "foldoc": 0.25, "pydocs": 0.2, "pyweb": 0.1}
 # a source whose documents changed: its cached file and every cached demo blend are made again
 SOURCE_VERSIONS = {"pyweb": 2}
-DEMO_CORPUS_VERSION = 2
+DEMO_CORPUS_VERSION = 3      # 3: Megatron decontamination rules (issue 30)
 # sections of the Python HTML docs written to be read through (the classifier's good web pages)
 NARRATIVE = ("tutorial", "howto", "faq", "whatsnew", "using", "installing", "distributing")
 
