@@ -12,6 +12,7 @@ from .config import DataError, DataConfig, atomic_file, atomic_path, atomic_writ
 from .data import (Source, QualityClassifier, clean_text, curate, html_to_text, parse_source,
                         read_documents, report_frame)
 from .tasks import task_texts
+from .decontam import DecontamRule
 from .indexed import (BlendEntry, blend_table, build_datasets, indexed_stats, load_blend, make_blend,
                            paper_blend, plot_blend, save_blend, tokenize_to_indexed)
 from .curation import CurationRun, curate_run, stage_table
@@ -330,6 +331,8 @@ def cli_parser(p):
                    help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     c.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
     c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
+    c.add_argument("--key-threshold", type=int, default=10,
+                   help="decontamination: eval n-grams hit in this many documents or more are not used")
     c.add_argument("--quality-good", nargs="*", default=[],
                    help="sources of 'high quality' examples (NAME=PATH)")
     c.add_argument("--quality-web", nargs="*", default=[], help="sources of 'web' examples (NAME=PATH)")
@@ -396,13 +399,14 @@ def cli_run(args) -> int:
             if args.executor == "single":
                 rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
                              quality_threshold=args.quality_threshold, min_chars=args.min_chars,
-                             on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha)
+                             on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
+                             decontam=DecontamRule(key_threshold=args.key_threshold).validate())
                 print(report_frame(rep).to_string()); return 0
             run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
                               min_chars=args.min_chars, quality_threshold=args.quality_threshold,
                               on_error=args.on_error, tokenizer=args.tokenizer,
                               quality_pareto_alpha=args.quality_pareto_alpha,
-                              unit_bytes=int(args.unit_mb * 2**20))
+                              unit_bytes=int(args.unit_mb * 2**20), key_threshold=args.key_threshold)
             res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
                              **({"time_limit": args.time} if args.executor == "slurm" else {}))
             if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0

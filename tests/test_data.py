@@ -199,6 +199,8 @@ def test_cli(tmp_path, fixture_data):
     r = run("stats", "paper", "--plot", tmp_path / "p.png"); assert r.returncode == 0 and (tmp_path / "p.png").exists()
     r = run("tokenize", tmp_path / "missing.jsonl", "--out", tmp_path / "x")
     assert r.returncode == 2 and "missing.jsonl does not exist" in r.stderr
+    r = run("curate", f"speech={fixture_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur3", "--key-threshold", 0)
+    assert r.returncode == 2 and "key_threshold >= 1" in r.stderr and not (tmp_path / "cur3").exists(), r.stderr
 
 
 # ---------------------------------------------------------------- issue 17: defects, datatrove curation, Slurm
