@@ -30,7 +30,8 @@ class DecontamRule:
     def validate(self):
         "Check the parameters; raise `DataError` naming the bad one."
         values = [getattr(self, f.name) for f in fields(self)]
-        if not all(isinstance(v, int) and v >= 0 for v in values) or not 1 <= self.min_ngram_size <= self.max_ngram_size or self.key_threshold < 1:
+        sizes_ok = 1 <= self.min_ngram_size <= self.max_ngram_size
+        if not all(isinstance(v, int) and v >= 0 for v in values) or not sizes_ok or self.key_threshold < 1:
             raise DataError(f"decontamination rule {self}: want whole numbers >= 0, 1 <= min_ngram_size <= "
                             "max_ngram_size and key_threshold >= 1 (Megatron's: 8, 13 and 10)")
         return self
