@@ -437,10 +437,10 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     monkeypatch.setenv("MTNLG_CURATE_STALL", "tokenize:1")       # task 1 of the filter stage hangs before its output
     ids = curate_run(run, planted["qc"], executor="slurm", partition="debug", time_limit="00:15:00", log=None)
     monkeypatch.delenv("MTNLG_CURATE_STALL")
-    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_merge", "6_report"}
+    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_merge", "6_concat", "7_report"}
     _wait(lambda: (out / "stalled-tokenize-1").exists(), "filter task 1 to start", 300, env)
     subprocess.run(["scancel", f"{ids['4_filter']}_1"], check=True, env=env)          # kill it mid-way
-    subprocess.run(["scancel", str(ids["5_merge"]), str(ids["6_report"])], check=True, env=env)   # never to run now
+    subprocess.run(["scancel", *(str(ids[k]) for k in ("5_merge", "6_concat", "7_report"))], check=True, env=env)  # never run
     _wait(lambda: not _slurm_jobs(env), "the queue to drain", 120, env)
     done = sorted(p.relative_to(out) for p in out.glob("logs/*/completions/*"))
     assert [str(p) for p in done] == ["logs/1_read/completions/00000", "logs/1_read/completions/00001",
@@ -461,9 +461,9 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     assert [jobs[k] for k in ("1_read", "2_buckets", "3_cluster")] == [-1, -1, -1]       # nothing left to do there
     assert json.loads((out / "logs/4_filter/ranks_to_run.json").read_text()) == [1]
     _wait(lambda: not _slurm_jobs(env), "the rerun to finish", 300, env)
-    info = subprocess.run(["scontrol", "show", "job", str(jobs["6_report"])], capture_output=True, text=True, env=env).stdout
-    assert "JobState=COMPLETED" in info, info + (out / "logs/6_report/slurm_logs").joinpath(
-        f"{jobs['6_report']}_0.out").read_text()[-2000:]
+    info = subprocess.run(["scontrol", "show", "job", str(jobs["7_report"])], capture_output=True, text=True, env=env).stdout
+    assert "JobState=COMPLETED" in info, info + (out / "logs/7_report/slurm_logs").joinpath(
+        f"{jobs['7_report']}_0.out").read_text()[-2000:]
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())        # finished tasks were not redone
     for s in planted["srcs"]:                                                 # the same output as the local executor
         for f in (f"curated/{s.name}.jsonl", f"indexed/{s.name}.bin", f"indexed/{s.name}.idx"):
