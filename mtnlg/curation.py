@@ -56,7 +56,9 @@ class CurationRun:
         for k in ("out", "cache_dir"): d.pop(k)
         d["sources"] = [dataclasses.asdict(s) | {"path": str(Path(s.path).resolve())} for s in self.sources]
         d["eval_dir"] = str(Path(self.eval_dir).resolve()) if self.eval_dir else None
-        d["version"] = 2                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard
+        d["version"] = 3                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard
+        # 3: band tables carry exact keys, parts carry unit tables, merge by unit range + concat (work/ formats
+        # changed: a folder half-run by version 2 is not resumed; finished outputs are the same bytes)
         return d
 
     def lsh_bands(self) -> tuple[int, int]:

@@ -25,8 +25,12 @@ def main(out: str, mode: str, limit: int):
         from megatron.core.datasets.indexed_dataset import IndexedDataset
         held = []
         for s in run.sources:
-            for idx in sorted((Path(out) / "work/parts" / s.name).glob("*.idx")):
-                held.append((IndexedDataset(str(idx.with_suffix(""))), open(idx.with_suffix(".jsonl"))))
+            try:
+                for idx in sorted((Path(out) / "work/parts" / s.name).glob("*.idx")):
+                    held.append((IndexedDataset(str(idx.with_suffix(""))), open(idx.with_suffix(".jsonl"))))
+            except OSError as e:
+                print(json.dumps({"source": s.name, "parts_opened": len(held), "error": str(e)}))
+                sys.exit(1)
             fds[s.name] = _open_files()
     print(json.dumps({"seconds": round(time.time() - t0, 2), "stage_seconds": secs, "open_files_max": fds}))
 
