@@ -176,6 +176,11 @@ def _fault(stage: str, rank: int, root: Path):
 
 def _doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogatepass"))
 
+def _open_files() -> int:
+    "This process's open file descriptors (Linux /proc; -1 elsewhere)."
+    p = Path("/proc/self/fd")
+    return len(os.listdir(p)) if p.exists() else -1
+
 # %% ../nbs/05b_curation.ipynb #34705e37
 class ReadSources(CurationStep):
     "Read this task's units (files, round-robin) with `read_documents`; documents keyed in blend order."
@@ -419,6 +424,7 @@ class DedupBuckets(CurationStep):
         for g in gs:
             held["minhash_max"] = max(held["minhash_max"], len(g))
             got += _verify(g, sigs.rows(g), self.run_desc.fuzzy_threshold)
+        held["open_files_max"] = max(held.get("open_files_max", 0), _open_files())     # the signature maps
         self.count("all", band_groups=len(gs), band_docs=int(sum(len(g) for g in gs)))
         return np.array(got, dtype=np.int64).reshape(-1, _MARK_COLS)
 
@@ -582,11 +588,6 @@ def _copy_range(src, dst, start: int, n: int, block: int = 1 << 20):
         if not b: raise DataError(f"{src.name}: ends {n} bytes early; rerun the filter stage (4_filter)")
         dst.write(b)
         n -= len(b)
-
-def _open_files() -> int:
-    "This process's open file descriptors (Linux /proc; -1 elsewhere)."
-    p = Path("/proc/self/fd")
-    return len(os.listdir(p)) if p.exists() else -1
 
 class MergeSources(CurationStep):
     "Copy a contiguous range of units, in blend order, from their parts into one segment per source touched."
