@@ -4,7 +4,8 @@
 
 # %% ../nbs/05b_curation.ipynb #7931f3b4
 from __future__ import annotations
-import collections, contextlib, dataclasses, hashlib, heapq, json, os, pickle, re, shutil, sys, time
+import collections, contextlib, dataclasses, functools, hashlib, json, os, pickle, re, resource, shutil, sys, time
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -23,8 +24,8 @@ from .indexed import indexed_paths, indexed_writer, token_dtype
 __all__ = ['STEP_ORDER', 'RULES', 'CurationRun', 'prepare_run', 'CurationStep', 'ReadSources', 'CleanDocuments',
            'DedupSignatures', 'DedupBuckets', 'DedupCluster', 'dedup_decisions', 'ReadCleaned', 'DedupFilter',
            'QualityFilter', 'CountEvalNgrams', 'corpus_counts', 'ReadKept', 'Decontaminate', 'TokenizeShards',
-           'MergeSources', 'load_stats', 'stage_table', 'Report', 'stages', 'run_local', 'SlurmStage', 'run_slurm',
-           'curate_run', 'cluster_cost']
+           'MergeSources', 'ConcatSources', 'load_stats', 'stage_table', 'Report', 'stages', 'run_local', 'SlurmStage',
+           'run_slurm', 'curate_run', 'cluster_cost']
 
 # %% ../nbs/05b_curation.ipynb #2502f9bc
 @dataclass
@@ -70,8 +71,11 @@ class CurationRun:
         for k in ("out", "cache_dir"): d.pop(k)
         d["sources"] = [dataclasses.asdict(s) | {"path": str(Path(s.path).resolve())} for s in self.sources]
         d["eval_dir"] = str(Path(self.eval_dir).resolve()) if self.eval_dir else None
-        d["version"] = 3                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard;
-        return d                        # 3: Megatron's decontamination (fields alone, frequency pass, sentence ends)
+        d["version"] = 3                # 2: dedup decided per bucket (earlier-member rule), marks merged per shard
+        # 3: Megatron's decontamination (fields alone, frequency pass, sentence ends); band tables carry exact
+        # keys, parts carry unit tables, merge by unit range + concat (work/ formats changed: a folder half-run
+        # by version 2 is not resumed)
+        return d
 
     def decontam_rule(self) -> DC.DecontamRule:
         "The run's decontamination parameters as a `DecontamRule`."
@@ -79,9 +83,14 @@ class CurationRun:
 
     def lsh_bands(self) -> tuple[int, int]:
         "(bands, rows) of the LSH index: datasketch's optimum for `fuzzy_threshold` and `num_perm`."
-        from datasketch import MinHashLSH
-        lsh = MinHashLSH(threshold=self.fuzzy_threshold, num_perm=self.num_perm)
-        return lsh.b, lsh.r
+        return _lsh_bands(self.fuzzy_threshold, self.num_perm)
+
+@functools.lru_cache
+def _lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    "datasketch's (bands, rows) optimum: computed once a process (its integrals take ~40 ms, paid by every task)."
+    from datasketch import MinHashLSH
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+    return lsh.b, lsh.r
 
 # %% ../nbs/05b_curation.ipynb #98a37542
 def _units(run: CurationRun) -> list[list]:
@@ -191,6 +200,11 @@ def _fault(stage: str, rank: int, root: Path):
 
 def _doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogatepass"))
 
+def _open_files() -> int:
+    "This process's open file descriptors (Linux /proc; -1 elsewhere)."
+    p = Path("/proc/self/fd")
+    return len(os.listdir(p)) if p.exists() else -1
+
 # %% ../nbs/05b_curation.ipynb #34705e37
 class ReadSources(CurationStep):
     "Read this task's units (file parts, round-robin) with `read_documents`; documents keyed in blend order."
@@ -233,6 +247,16 @@ def _save_npy(path: Path, arr):
     "np.save to `path` atomically."
     with atomic_path(path) as tmp: np.save(tmp, arr)
 
+def _save_raw(path: Path, arr: np.ndarray):
+    "Write a uint64 table's bytes (no header) to `path` atomically: stage 2 opens N of them per unit, cheaply."
+    with atomic_path(path) as tmp: np.ascontiguousarray(arr, dtype=np.uint64).tofile(tmp)
+
+def _load_raw(path: Path, cols: int) -> np.ndarray:
+    "A table written by `_save_raw`: read whole when small, else memory-mapped (the map holds one open file)."
+    small = path.stat().st_size < (1 << 20)
+    a = np.fromfile(path, dtype=np.uint64) if small else np.memmap(path, dtype=np.uint64, mode="r")
+    return a.reshape(-1, cols)
+
 # Kept instead of datatrove's MinhashDedupSignature (evaluated in tests/test_quality.py and benchmarks/RESULTS.md):
 # its hashes would serve (near-duplicates' Jaccard estimated as well: sd 0.034 vs 0.035), but they are no faster
 # (0.99x MB/s per CPU) and its step writes only per-band sorted files: no whole signature per document for stage 2's
@@ -260,11 +284,12 @@ class DedupSignatures(CurationStep):
             mh = np.array(mh, dtype=np.uint64).reshape(len(keys), r.num_perm)
             exact = np.array(exact, dtype=np.uint64).reshape(len(keys), 2)
             nb, rows = r.lsh_bands()
-            for band in range(nb + 1):      # per band, sorted (bucket key(s), document key): stage 2 reads ranges
-                cols = [_band_keys(mh, band * rows, (band + 1) * rows)] if band < nb else [exact[:, 0], exact[:, 1]]
-                tab = np.stack(cols + [keys.astype(np.uint64)], axis=1) if len(keys) else \
-                    np.zeros((0, len(cols) + 1), np.uint64)
-                _save_npy(work / "bands" / f"{band:03d}" / f"{rank:05d}.npy", tab[np.lexsort(tab.T[::-1])])
+            for band in range(nb + 1) if len(keys) else []:     # an empty shard writes no band tables
+                # per band, sorted: (bucket key, exact key, document key), or (exact key, document key) for the
+                # exact band; the exact key in the LSH bands lets stage 2 verify one copy of each exact group
+                lsh = [_band_keys(mh, band * rows, (band + 1) * rows)] if band < nb else []
+                tab = np.stack(lsh + [exact[:, 0], exact[:, 1], keys.astype(np.uint64)], axis=1)
+                _save_raw(work / "bands" / f"{band:03d}" / f"{rank:05d}.u64", tab[np.lexsort(tab.T[::-1])])
             _save_npy(work / "sig" / f"{rank:05d}.mh.npy", mh)
             atomic_write_text(work / "sig" / f"{rank:05d}.ids.json", json.dumps(ids))
             _save_npy(work / "sig" / f"{rank:05d}.keys.npy", keys)
@@ -279,17 +304,27 @@ def _band_keys(mh: np.ndarray, lo: int, hi: int) -> np.ndarray:
         for c in range(lo, hi): h = h * HASH_PRIME + mh[:, c]
     return h
 
+def _runs(sort_cols: list[np.ndarray], keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "(order of the rows by `sort_cols` then key, True where a run of equal `sort_cols` starts in that order)."
+    order = np.lexsort([keys] + sort_cols[::-1])
+    same = np.ones(max(len(keys) - 1, 0), dtype=bool)           # row i + 1 equal to row i
+    for c in sort_cols:
+        c = c[order]
+        same &= c[1:] == c[:-1]
+    return order, np.concatenate([[True], ~same])[:len(keys)]
+
 def _groups(sort_cols: list[np.ndarray], keys: np.ndarray) -> list[np.ndarray]:
     "Runs of 2+ equal rows of `sort_cols` (each sorted by document key): the documents sharing a bucket."
-    if len(keys) == 0: return []
-    order = np.lexsort([keys] + sort_cols[::-1])
-    cols = [c[order] for c in sort_cols]
-    same = np.ones(len(keys) - 1, dtype=bool)
-    for c in cols: same &= c[1:] == c[:-1]
-    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    order, first = _runs(sort_cols, keys)
+    ks, starts = keys[order], np.flatnonzero(first)
     ends = np.append(starts[1:], len(keys))
-    ks = keys[order]
     return [ks[a:b] for a, b in zip(starts, ends) if b - a > 1]
+
+def _first_of_runs(sort_cols: list[np.ndarray], keys: np.ndarray):
+    "(keys, partners): each document with an equal earlier one (`sort_cols`), and the earliest of its run."
+    order, first = _runs(sort_cols, keys)
+    ks, start = keys[order], np.maximum.accumulate(np.where(first, np.arange(len(keys)), 0))
+    return ks[~first], ks[start[~first]]
 
 def _shard_of(keys, tasks: int):
     "The stage-1 task (shard) that read each document key: units are dealt round-robin."
@@ -297,8 +332,10 @@ def _shard_of(keys, tasks: int):
 
 class _Signatures:
     "MinHash rows and ids of documents by key, read on demand from the shards' signature files (memory-mapped)."
-    def __init__(self, sig: Path, tasks: int, max_open: int = 64):
+    def __init__(self, sig: Path, tasks: int, max_open: int = 16):
+        # a memory map keeps its file open: 2 per shard, so at most 2 * max_open files, whatever `tasks` is
         self.sig, self.tasks, self.max_open, self.open = sig, tasks, max_open, {}
+        self.loaded = 0                 # MinHash rows read so far
 
     def _shard(self, r: int):
         "(keys, MinHash rows) of shard `r`, both memory-mapped; at most `max_open` shards open at once."
@@ -318,6 +355,7 @@ class _Signatures:
             ks, mh = self._shard(int(r))
             if out is None: out = np.empty((len(keys), mh.shape[1]), np.uint64)
             out[sel] = mh[np.searchsorted(ks, keys[sel])]
+        self.loaded += len(keys)
         return out
 
     def ids(self, keys) -> dict:
@@ -329,6 +367,7 @@ class _Signatures:
             ks, _ = self._shard(int(r))
             for k in keys[shard == r]: res[int(k)] = ids[int(np.searchsorted(ks, k))]
         return res
+
 
 # %% ../nbs/05b_curation.ipynb #74fb5d95
 def _verify(group: np.ndarray, rows: np.ndarray, threshold: float, chunk: int = 1024) -> list[tuple]:
@@ -350,29 +389,38 @@ def _best_marks(m: np.ndarray) -> np.ndarray:
     m = m[np.lexsort((m[:, 2], -m[:, 3], m[:, 1], m[:, 0]))]
     return m[np.concatenate([[True], m[1:, 0] != m[:-1, 0]])] if len(m) else m
 
+def _exact_marks(tab: np.ndarray) -> np.ndarray:
+    "Marks (key, 1, earliest copy, 0) of the exact band's rows (exact key, document key) with an earlier copy."
+    dup, first = _first_of_runs([tab[:, 0], tab[:, 1]], tab[:, -1].astype(np.int64))
+    return np.stack([dup, np.ones_like(dup), first, np.zeros_like(dup)], axis=1)
+
+def _collapse(tab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    "(bucket keys, document keys) of an LSH band's rows, one row per (bucket, exact key): its earliest copy."
+    order, first = _runs([tab[:, 0], tab[:, 1], tab[:, 2]], tab[:, -1].astype(np.int64))
+    keep = order[first]
+    return tab[keep, 0], tab[keep, -1].astype(np.int64)
+
+# Kept instead of datatrove's MinhashDedupBuckets (0.10.1), which takes any band collision as a duplicate
+# without checking the estimated Jaccard > threshold: here every candidate pair is verified.
 class DedupBuckets(CurationStep):
-    "LSH buckets: (band, key range) units of every shard, each group decided in place; writes the task's marks."
+    "LSH buckets: (band, key range) units of every shard, each group verified in place; writes the task's marks."
     name = "buckets"
+    def __init__(self, run: CurationRun, collapse: bool = True):
+        super().__init__(run)
+        self.collapse = collapse        # verify one copy per exact group (False: every copy, the tests' control)
+
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         r = self.run_desc
         nb, _ = r.lsh_bands()
         parts = r.tasks                     # key ranges per band: a range holds about a shard's documents
         bounds = [int(p * (1 << 64) // parts) for p in range(parts + 1)]
         sigs = _Signatures(self.root / "work" / "sig", r.tasks)
-        marks, rows_max, rows_total = [], 0, 0
+        if tracemalloc.is_tracing(): tracemalloc.reset_peak()
+        marks, held = [], dict.fromkeys(["rows_max", "rows_total", "minhash_max", "collapsed"], 0)
         for unit in range(rank, (nb + 1) * parts, world_size):
             t0 = time.process_time()
             band, part = divmod(unit, parts)
-            tab = self._load(band, np.uint64(bounds[part]), bounds[part + 1], 3 if band == nb else 2)
-            rows_max, rows_total = max(rows_max, len(tab)), rows_total + len(tab)
-            gs = _groups([tab[:, i] for i in range(tab.shape[1] - 1)], tab[:, -1].astype(np.int64))
-            del tab
-            name, got = ("exact" if band == nb else "band"), []
-            for g in gs:
-                if band == nb: got += [(int(k), 1, int(g[0]), 0) for k in g[1:]]
-                else: got += _verify(g, sigs.rows(g), r.fuzzy_threshold)
-            marks.append(np.array(got, dtype=np.int64).reshape(-1, _MARK_COLS))
-            self.count("all", **{f"{name}_groups": len(gs), f"{name}_docs": int(sum(len(g) for g in gs))})
+            marks.append(self._unit(band, band == nb, bounds[part], bounds[part + 1], sigs, held))
             self.cpu += time.process_time() - t0
         t0 = time.process_time()
         m = _best_marks(np.concatenate(marks) if marks else np.zeros((0, _MARK_COLS), np.int64))
@@ -380,22 +428,45 @@ class DedupBuckets(CurationStep):
         dest = _shard_of(m[:, 0], r.tasks)
         m = m[np.lexsort((m[:, 0], dest))]          # by owning shard, then key
         offsets = np.searchsorted(np.sort(dest), np.arange(r.tasks + 1))
-        _save_npy(self.root / "work" / "marks" / f"{rank:05d}.npy", m)
-        _save_npy(self.root / "work" / "marks" / f"{rank:05d}.offsets.npy", offsets.astype(np.int64))
-        self.held = {"rows_max": rows_max, "rows_total": rows_total, "marks": len(m)}
+        if len(m):                                  # no marks, no file: stage 3 reads only the tasks with marks
+            _save_npy(self.root / "work" / "marks" / f"{rank:05d}.npy", m)
+            _save_npy(self.root / "work" / "marks" / f"{rank:05d}.offsets.npy", offsets.astype(np.int64))
+        peak = tracemalloc.get_traced_memory()[1] if tracemalloc.is_tracing() else None
+        self.held = held | {"minhash_rows": sigs.loaded, "marks": len(m), "peak_traced": peak,
+                            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
         self.cpu += time.process_time() - t0
         self.save_stats(rank)
         return; yield
 
+    def _unit(self, band: int, exact: bool, lo: int, hi: int, sigs: _Signatures, held: dict) -> np.ndarray:
+        "The marks of one unit: the exact band's copies, or an LSH band's groups verified with their MinHash rows."
+        tab = self._load(band, np.uint64(lo), hi, 3 if exact else 4)
+        held["rows_max"], held["rows_total"] = max(held["rows_max"], len(tab)), held["rows_total"] + len(tab)
+        if exact:
+            m = _exact_marks(tab)
+            self.count("all", exact_docs=len(m))
+            return m
+        bucket, keys = _collapse(tab) if self.collapse else (tab[:, 0], tab[:, -1].astype(np.int64))
+        held["collapsed"] += len(tab) - len(keys)
+        del tab
+        got, gs = [], _groups([bucket], keys)
+        for g in gs:
+            held["minhash_max"] = max(held["minhash_max"], len(g))
+            got += _verify(g, sigs.rows(g), self.run_desc.fuzzy_threshold)
+        held["open_files_max"] = max(held.get("open_files_max", 0), _open_files())     # the signature maps
+        self.count("all", band_groups=len(gs), band_docs=int(sum(len(g) for g in gs)))
+        return np.array(got, dtype=np.int64).reshape(-1, _MARK_COLS)
+
     def _load(self, band: int, lo: np.uint64, hi: int, cols: int) -> np.ndarray:
-        "The (bucket key(s), document key) rows of `band` with bucket key in [lo, hi), from every shard's file."
+        "The rows (bucket key, exact key, document key) of `band` with bucket key in [lo, hi), from every shard."
         tabs = []
-        for f in sorted((self.root / "work" / "bands" / f"{band:03d}").glob("*.npy")):
-            t = np.load(f, mmap_mode="r")
+        for f in sorted((self.root / "work" / "bands" / f"{band:03d}").glob("*.u64")):
+            t = _load_raw(f, cols)          # one file open at a time: a map is closed when `t` is rebound
             a = np.searchsorted(t[:, 0], lo, "left")
             b = np.searchsorted(t[:, 0], np.uint64(hi), "left") if hi < (1 << 64) else len(t)
             tabs.append(np.array(t[a:b]))
         return np.concatenate(tabs) if tabs else np.zeros((0, cols), np.uint64)
+
 
 # %% ../nbs/05b_curation.ipynb #f6eb343f
 class DedupCluster(CurationStep):
@@ -544,12 +615,14 @@ class Decontaminate(CurationStep):
         self.save_stats(rank)
 
 # %% ../nbs/05b_curation.ipynb #eb0ba25d
+_UNIT_COLS = ["unit", "docs", "tokens", "chars", "bytes"]     # a part's table: one row per unit, in order
+
 # Kept instead of datatrove's MegatronDocumentTokenizer (evaluated in tests/test_quality.py, benchmarks/RESULTS.md):
 # with `gpt2_tokenizers_json` it writes the same .bin/.idx byte for byte, but its `tokenizers` BPE does 4-5x fewer
 # MB/s per CPU than tiktoken, holds 10,000-document batches (+100-330 MB), writes one file per task (not per source,
 # no text for the merge) in place, not atomically, and takes no sentencepiece model.
 class TokenizeShards(CurationStep):
-    "Tokenize (+ EOD) each kept document into this task's per-source .bin/.idx part, its text into a jsonl."
+    "Tokenize (+ EOD) each kept document into this task's per-source .bin/.idx part, its jsonl line and units."
     name = "tokenize"
     def run(self, data, rank: int = 0, world_size: int = 1):
         tk = get_tokenizer(self.run_desc.tokenizer)
@@ -558,60 +631,150 @@ class TokenizeShards(CurationStep):
             open_ = {}
             for d in data:
                 t0 = time.process_time()
-                s = d.metadata["source"]
+                s, unit = d.metadata["source"], d.metadata["key"] >> _KEY_SHIFT
                 if s not in open_:
-                    open_[s] = (files.enter_context(indexed_writer(parts / s / f"{rank:05d}", token_dtype(tk.vocab_size))),
-                                files.enter_context(atomic_file(parts / s / f"{rank:05d}.jsonl")))
-                b, txt = open_[s]
+                    p = parts / s / f"{rank:05d}"
+                    open_[s] = (files.enter_context(indexed_writer(p, token_dtype(tk.vocab_size))),
+                                files.enter_context(atomic_file(f"{p}.jsonl", "wb")), [])
+                b, txt, units = open_[s]
                 ids = np.asarray(tk.tokenize(d.text) + [tk.eod], dtype=np.int64)
                 b.add_document(ids, [len(ids)])
-                rec = {"k": d.metadata["key"], "id": d.id, "text": d.text}
-                txt.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                line = (json.dumps({"text": d.text, "id": d.id}, ensure_ascii=False) + "\n").encode()
+                txt.write(line)                 # the line of curated/<source>.jsonl: merge copies it as it is
+                if not units or units[-1][0] != unit: units.append([unit, 0, 0, 0, 0])
+                for c, v in zip(range(1, 5), (1, len(ids), len(d.text), len(line))): units[-1][c] += v
                 n = _doc_bytes(d)
                 self.count(s, docs_in=1, bytes_in=n, docs_out=1, bytes_out=n, tokens=len(ids))
                 self.cpu += time.process_time() - t0
+            for s, (_, _, units) in open_.items():
+                _save_npy(parts / s / f"{rank:05d}.units.npy", np.array(units, np.int64).reshape(-1, 5))
             _fault("tokenize", rank, self.root)
         self.save_stats(rank)
         return; yield
 
+
 # %% ../nbs/05b_curation.ipynb #a3697aeb
-def _part_docs(prefix: Path, rank: int):
-    "(key, rank, index, record) of a part's documents, in order."
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-    if not Path(f"{prefix}.jsonl").exists(): return
-    with open(f"{prefix}.jsonl", encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            o = json.loads(line)
-            yield o["k"], rank, i, o
+def _copy_range(src, dst, start: int, n: int, block: int = 1 << 20):
+    "Copy `n` bytes of file `src` from offset `start` to file `dst`, a block at a time."
+    src.seek(start)
+    while n > 0:
+        b = src.read(min(n, block))
+        if not b: raise DataError(f"{src.name}: ends {n} bytes early; rerun stage 5_decontaminate (its parts)")
+        dst.write(b)
+        n -= len(b)
 
 class MergeSources(CurationStep):
-    "Merge each source's parts in blend order into curated/<name>.jsonl and indexed/<name>.bin/.idx."
+    "Copy a contiguous range of units, in blend order, from their parts into one segment per source touched."
     name = "merge"
     def run(self, data=None, rank: int = 0, world_size: int = 1):
         from megatron.core.datasets.indexed_dataset import IndexedDataset
         r = self.run_desc
-        tk = get_tokenizer(r.tokenizer)
+        units = json.loads((self.root / "units.json").read_text())
+        lo, hi = rank * len(units) // world_size, (rank + 1) * len(units) // world_size
+        dtype, fds = token_dtype(get_tokenizer(r.tokenizer).vocab_size), _open_files()
+        seg, part = None, None              # the open segment (source, writer, text, stack) and part (prefix, ...)
+        try:
+            for u in range(lo, hi):
+                t0 = time.process_time()
+                s = r.sources[units[u][0]].name
+                prefix = self.root / "work" / "parts" / s / f"{u % r.tasks:05d}"   # the shard that read unit u
+                if not Path(f"{prefix}.units.npy").exists(): continue
+                tab = np.load(f"{prefix}.units.npy")
+                at = int(np.searchsorted(tab[:, 0], u))
+                if at == len(tab) or tab[at, 0] != u: continue      # nothing of unit u kept
+                if seg is None or seg[0] != s:                      # one segment open at a time
+                    if seg: seg[3].close()
+                    seg = self._segment(s, rank, dtype)
+                if part is None or part[0] != prefix:               # one part open at a time
+                    if part: part[2].close()
+                    part = (prefix, IndexedDataset(str(prefix)), open(f"{prefix}.jsonl", "rb"))
+                first, start = tab[:at, 1].sum(), tab[:at, 4].sum()
+                for i in range(first, first + tab[at, 1]):
+                    ids = part[1][int(i)]
+                    seg[1].add_document(ids, [len(ids)])
+                _copy_range(part[2], seg[2], int(start), int(tab[at, 4]))
+                self.count(s, docs_out=int(tab[at, 1]), tokens=int(tab[at, 2]), chars_out=int(tab[at, 3]))
+                fds = max(fds, _open_files())
+                self.cpu += time.process_time() - t0
+        except BaseException:
+            if seg: seg[3].__exit__(*sys.exc_info())        # the unfinished segment is not written
+            raise
+        finally:
+            if part: part[2].close()
+        if seg: seg[3].close()
+        self.held = {"units": hi - lo, "open_files_max": fds}
+        self.save_stats(rank)
+        return; yield
+
+    def _segment(self, s: str, rank: int, dtype):
+        "(source, writer, text file, their stack): this task's segment of source `s`, written whole or not at all."
+        stack = contextlib.ExitStack()
+        p = self.root / "work" / "merged" / s / f"{rank:05d}"
+        writer = stack.enter_context(indexed_writer(p, dtype))
+        return s, writer, stack.enter_context(atomic_file(f"{p}.jsonl", "wb")), stack
+
+def _head(path, n: int) -> bytes:
+    "The first `n` bytes of a file."
+    with open(path, "rb") as f: return f.read(n)
+
+def _index_arrays(prefix) -> tuple[np.ndarray, np.ndarray]:
+    "(sequence lengths, document indices) of an indexed dataset, copied (megatron-core unmaps them with it)."
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    d = IndexedDataset(str(prefix))
+    return np.array(d.sequence_lengths), np.array(d.document_indices)
+
+def _concat_indexed(prefixes: list[Path], out, dtype):
+    "Concatenate indexed datasets into `out` (.bin/.idx): megatron's .idx layout, written a segment at a time."
+    if not prefixes:
+        with indexed_writer(out, dtype): return             # an empty dataset, written by megatron-core
+    heads = {_head(f"{p}.idx", 18) for p in prefixes}     # magic, version, dtype code
+    assert len(heads) == 1, f"segments of different dtypes: {prefixes}"
+    sizes = [(len(s), len(d) - 1) for s, d in map(_index_arrays, prefixes)]
+    itemsize = np.dtype(dtype).itemsize
+    binp, idxp = indexed_paths(out)
+    with atomic_path(idxp) as tmp_idx, atomic_path(binp) as tmp_bin:     # renamed .bin first, .idx last
+        with open(tmp_bin, "wb") as f:
+            for p in prefixes:
+                with open(f"{p}.bin", "rb") as g: shutil.copyfileobj(g, f)
+        with open(tmp_idx, "wb") as f:      # header, counts, lengths (int32), pointers and document ends (int64)
+            counts = [sum(s for s, _ in sizes), 1 + sum(d for _, d in sizes)]     # sequences, document ends
+            f.write(heads.pop() + np.array(counts, "<u8").tobytes())
+            for p in prefixes: f.write(_index_arrays(p)[0].astype("<i4").tobytes())
+            at = 0
+            for p in prefixes:
+                n = _index_arrays(p)[0].astype(np.int64) * itemsize
+                f.write((at + np.cumsum(n) - n).astype("<i8").tobytes())
+                at += int(n.sum())
+            f.write(np.zeros(1, "<i8").tobytes())
+            at = 0
+            for p, (seqs, _) in zip(prefixes, sizes):
+                f.write((at + _index_arrays(p)[1][1:]).astype("<i8").tobytes())
+                at += seqs
+        idxp.unlink(missing_ok=True)
+
+class ConcatSources(CurationStep):
+    "Concatenate each source's segments, in task order, into curated/<name>.jsonl and indexed/<name>.bin/.idx."
+    name = "concat"
+    def run(self, data=None, rank: int = 0, world_size: int = 1):
+        r = self.run_desc
+        dtype = token_dtype(get_tokenizer(r.tokenizer).vocab_size)
         for si in range(rank, len(r.sources), world_size):
             t0 = time.process_time()
             s = r.sources[si].name
-            parts = self.root / "work" / "parts" / s
-            ds = {t: IndexedDataset(str(parts / f"{t:05d}")) for t in range(r.tasks)
-                  if (parts / f"{t:05d}.idx").exists()}
-            with indexed_writer(self.root / "indexed" / s, token_dtype(tk.vocab_size)) as b, \
-                 atomic_file(self.root / "curated" / f"{s}.jsonl") as txt:
-                for k, t, i, o in heapq.merge(*(_part_docs(parts / f"{t:05d}", t) for t in sorted(ds))):
-                    ids = ds[t][i]
-                    b.add_document(ids, [len(ids)])
-                    txt.write(json.dumps({"text": o["text"], "id": o["id"]}, ensure_ascii=False) + "\n")
-                    self.count(s, docs_out=1, chars_out=len(o["text"]), tokens=len(ids))
-            self.count(s, docs_out=0)
+            segs = [p.with_suffix("") for p in sorted((self.root / "work" / "merged" / s).glob("*.idx"))]
+            _concat_indexed(segs, self.root / "indexed" / s, dtype)
+            with atomic_file(self.root / "curated" / f"{s}.jsonl", "wb") as txt:
+                for p in segs:                  # one segment open at a time
+                    with open(f"{p}.jsonl", "rb") as f: shutil.copyfileobj(f, txt)
+            self.count(s, segments=len(segs))
             self.cpu += time.process_time() - t0
         self.save_stats(rank)
         return; yield
 
+
 # %% ../nbs/05b_curation.ipynb #b531b76d
 STEP_ORDER = ["read", "clean", "signatures", "buckets", "cluster", "dedup", "quality", "count_ngrams",
-              "decontaminate", "tokenize", "merge"]
+              "decontaminate", "tokenize", "merge", "concat"]
 
 def load_stats(out) -> dict:
     "{step: {'cpu_s', 'tasks', 'sources': {name: Counter}}} summed over the tasks' stats files of run `out`."
@@ -686,8 +849,9 @@ def stages(run: CurationRun) -> list[tuple[str, list, int]]:
             ("3_cluster", [DedupCluster(run)], n),
             ("4_filter", [ReadCleaned(run), DedupFilter(run), QualityFilter(run), CountEvalNgrams(run)], n),
             ("5_decontaminate", [ReadKept(run), Decontaminate(run), TokenizeShards(run)], n),
-            ("6_merge", [MergeSources(run)], min(n, len(run.sources))),
-            ("7_report", [Report(run)], 1)]
+            ("6_merge", [MergeSources(run)], n),
+            ("7_concat", [ConcatSources(run)], min(n, len(run.sources))),
+            ("8_report", [Report(run)], 1)]
 
 def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None,
               stop_after: str | None = None) -> dict:
@@ -743,11 +907,17 @@ def curate_run(run: CurationRun, quality: QualityClassifier | None = None, execu
     raise DataError(f"executor {executor!r}: want 'local' or 'slurm'")
 
 # %% ../nbs/05b_curation.ipynb #4d25fec0
-def cluster_cost(docs: float, tasks: int, bands: int = 9, dup_frac: float = 0.3, num_perm: int = 128) -> dict:
-    "Bytes one task of the dedup stages holds at the most, from the number of documents, tasks and LSH bands."
-    share = docs / tasks                            # documents of a shard, rows of one (band, key range) unit
-    marks = share * dup_frac * (bands + 1)          # worst case: a duplicate marked in every band, and exact
+def cluster_cost(docs: float, tasks: int, bands: int = 9, exact_frac: float = 0.2, near_frac: float = 0.1,
+                 num_perm: int = 128, near_group: int = 1000, source_frac: float = 0.25,
+                 copies: int = 200_000) -> dict:
+    "Bytes one task of the dedup and merge stages holds at the most, from the documents, tasks and LSH bands."
+    share = docs / tasks                        # documents of a shard, rows of one (band, key range) unit
+    marks = share * (exact_frac + near_frac * bands)   # an exact copy marked once; a near one, at worst, per band
     return {"signatures (stage 1)": share * num_perm * 8,              # the shard's MinHash rows
-            "bucket unit (stage 2)": share * 80,    # rows read (24 B), their sort (order, sorted copies, flags)
+            "bucket unit (stage 2)": share * 80,    # rows read (32 B), the sort's order, column copies, the kept
+            "MinHash rows of a bucket (stage 2)": near_group * num_perm * 8 * 2,    # its distinct rows, gathered
             "marks (stages 2, 3)": marks * 4 * 8 * 2,                  # 4 int64 columns, sorted once
-            "one corpus-wide task (the old stage 3)": docs * dup_frac * (bands + 1) * 100}   # dicts of ints
+            "merge segment (stage 5)": share * 132,    # megatron-core's builder: 76 B a document, 132 at finalize
+            "concat (stage 6)": share * 40,            # one segment's index arrays (a segment: about a share)
+            "old: one bucket of copies (stage 2)": copies * 2100,      # every copy's row gathered (test: 2.1 KB)
+            "old: one merge task per source": docs * source_frac * 130}   # the builder over the whole source

@@ -27,7 +27,7 @@ def test_curation_job_arrays_across_two_hosts_equal_the_local_run(multihost_clus
     for k, v in c.env(OMP_NUM_THREADS="1").items(): monkeypatch.setenv(k, v)     # sbatch finds this cluster
     ids = curate_run(run("slurm"), qc, executor="slurm", partition="debug", time_limit="00:15:00", cpus_per_task=3,
                      mem_per_cpu_gb=1, log=None)
-    info = c.wait_job(str(ids["7_report"]), timeout=900)
+    info = c.wait_job(str(ids["8_report"]), timeout=900)
     out = tmp_path / "slurm"
     logs = "\n".join(f.read_text(errors="replace")[-1500:] for f in out.glob("logs/*/slurm_logs/*.out"))
     assert info["JobState"] == "COMPLETED", logs[-6000:]

@@ -442,10 +442,11 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     monkeypatch.setenv("MTNLG_CURATE_STALL", "tokenize:1")       # task 1 of the filter stage hangs before its output
     ids = curate_run(run, planted["qc"], executor="slurm", partition="debug", time_limit="00:15:00", log=None)
     monkeypatch.delenv("MTNLG_CURATE_STALL")
-    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_decontaminate", "6_merge", "7_report"}
+    assert set(ids) == {"1_read", "2_buckets", "3_cluster", "4_filter", "5_decontaminate", "6_merge", "7_concat",
+                        "8_report"}
     _wait(lambda: (out / "stalled-tokenize-1").exists(), "decontamination task 1 to start", 300, env)
     subprocess.run(["scancel", f"{ids['5_decontaminate']}_1"], check=True, env=env)   # kill it mid-way
-    subprocess.run(["scancel", str(ids["6_merge"]), str(ids["7_report"])], check=True, env=env)   # never to run now
+    subprocess.run(["scancel", *(str(ids[k]) for k in ("6_merge", "7_concat", "8_report"))], check=True, env=env)
     _wait(lambda: not _slurm_jobs(env), "the queue to drain", 120, env)
     done = sorted(p.relative_to(out) for p in out.glob("logs/*/completions/*"))
     assert [str(p) for p in done] == ["logs/1_read/completions/00000", "logs/1_read/completions/00001",
@@ -467,9 +468,9 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     assert [jobs[k] for k in ("1_read", "2_buckets", "3_cluster", "4_filter")] == [-1] * 4   # nothing left there
     assert json.loads((out / "logs/5_decontaminate/ranks_to_run.json").read_text()) == [1]
     _wait(lambda: not _slurm_jobs(env), "the rerun to finish", 300, env)
-    info = subprocess.run(["scontrol", "show", "job", str(jobs["7_report"])], capture_output=True, text=True, env=env).stdout
-    assert "JobState=COMPLETED" in info, info + (out / "logs/7_report/slurm_logs").joinpath(
-        f"{jobs['7_report']}_0.out").read_text()[-2000:]
+    info = subprocess.run(["scontrol", "show", "job", str(jobs["8_report"])], capture_output=True, text=True, env=env).stdout
+    assert "JobState=COMPLETED" in info, info + (out / "logs/8_report/slurm_logs").joinpath(
+        f"{jobs['8_report']}_0.out").read_text()[-2000:]
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())        # finished tasks were not redone
     for s in planted["srcs"]:                                                 # the same output as the local executor
         for f in (f"curated/{s.name}.jsonl", f"indexed/{s.name}.bin", f"indexed/{s.name}.idx"):
