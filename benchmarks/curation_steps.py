@@ -124,7 +124,9 @@ def main():
     import megatron.core.datasets.indexed_dataset  # noqa: F401
     import sklearn.linear_model, trafilatura, inscriptis  # noqa: F401
     from mtnlg import data as D
-    from mtnlg.curation import CurationRun, DedupSignatures, QualityFilter, TokenizeShards
+    from mtnlg.curation import CurationRun
+    from mtnlg.curation_steps import QualityFilter, TokenizeShards
+    from mtnlg.dedup import DedupSignatures
     from mtnlg.tokenizer import get_tokenizer, gpt2_tokenizers_json
     logger.disable("datatrove")
 

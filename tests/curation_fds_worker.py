@@ -5,7 +5,8 @@ from pathlib import Path
 
 def main(out: str, mode: str, limit: int):
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    from mtnlg.curation import CurationRun, stages, run_local, _open_files
+    from mtnlg.curation import CurationRun, stages, run_local
+    from mtnlg.curation_steps import open_files
     run = CurationRun(**{k: v for k, v in json.loads((Path(out) / "run.json").read_text()).items()
                          if k in CurationRun.__dataclass_fields__} | {"out": out})
     t0, fds, secs = time.time(), {}, {}
@@ -16,11 +17,11 @@ def main(out: str, mode: str, limit: int):
                 data = None
                 for step in copy.deepcopy(steps): data = step(data, rank, tasks)
                 for _ in data or []: pass
-                fds[name] = max(fds[name], _open_files())
+                fds[name] = max(fds[name], open_files())
             secs[name] = round(time.time() - t, 2)
     elif mode == "executor":        # datatrove's LocalPipelineExecutor, one worker (the tasks in this process)
         run_local(run, workers=1, log=None)
-        fds["end"] = _open_files()
+        fds["end"] = open_files()
     elif mode == "old_merge":       # what the old merge held for a source: every part's .bin/.idx and its jsonl
         from megatron.core.datasets.indexed_dataset import IndexedDataset
         held = []
@@ -31,7 +32,7 @@ def main(out: str, mode: str, limit: int):
             except OSError as e:
                 print(json.dumps({"source": s.name, "parts_opened": len(held), "error": str(e)}))
                 sys.exit(1)
-            fds[s.name] = _open_files()
+            fds[s.name] = open_files()
     print(json.dumps({"seconds": round(time.time() - t0, 2), "stage_seconds": secs, "open_files_max": fds}))
 
 

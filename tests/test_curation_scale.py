@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from mtnlg.data import Source
-from mtnlg.curation import CurationRun, prepare_run, run_local, DedupBuckets, DedupCluster, dedup_decisions
+from mtnlg.curation import CurationRun, prepare_run, run_local
+from mtnlg.dedup import DedupBuckets, DedupCluster, dedup_decisions
 
 from conftest import ROOT
 

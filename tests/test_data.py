@@ -366,7 +366,8 @@ def test_curation_bad_input(planted, tmp_path):
 # Deduplication stages (1-3) alone: the earlier-member rule on a chain, and memory per task bounded by its share.
 def test_dedup_rule_on_a_chain(tmp_path, fixture_data):
     "C is a near-duplicate of A and B, A and B are not: A, B, C removes C only; A, C, B removes C and B."
-    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions
+    from mtnlg.curation import CurationRun, prepare_run, run_local
+    from mtnlg.dedup import dedup_decisions
     from mtnlg.corpus import near_chain
     docs = dict(zip("ABC", near_chain(fixture_data)))
     for order, removed in (("ABC", ["C"]), ("ACB", ["B", "C"])):
@@ -396,7 +397,8 @@ def _dedup_corpus(root, data):
 
 def test_dedup_memory_per_task_follows_its_share(tmp_path, fixture_data):
     "4 tasks hold a quarter of the bucket rows and of the marks each; the decisions equal the 1-task run's."
-    from mtnlg.curation import CurationRun, prepare_run, run_local, dedup_decisions, _shard_of
+    from mtnlg.curation import CurationRun, prepare_run, run_local
+    from mtnlg.dedup import dedup_decisions, _shard_of
     src, expected = _dedup_corpus(tmp_path / "in", fixture_data)
     runs = {}
     for n in (1, 4):
