@@ -182,8 +182,8 @@ def _venv_env(venv):
 @pytest.mark.slow
 def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_data):
     env, cwd, exe = _venv_env(fresh_venv), tmp_path, fresh_venv / "bin" / "mtnlg"
-    p = _run([fresh_venv / "bin/python", "-c", "import mtnlg, mtnlg.data, mtnlg.train; print(mtnlg.__file__)"],
-             cwd=cwd, env=env)
+    imports = "import mtnlg, mtnlg.data, mtnlg.train, trafilatura; print(mtnlg.__file__)"   # WARC needs trafilatura
+    p = _run([fresh_venv / "bin/python", "-c", imports], cwd=cwd, env=env)
     assert str(fresh_venv) in p.stdout and str(ROOT / "mtnlg") not in p.stdout, p.stdout
     _run([fresh_venv / "bin/python", "-m", "pip", "check"], cwd=cwd, env=env)
     assert "train" in _run([exe, "--help"], cwd=cwd, env=env).stdout
