@@ -1,25 +1,16 @@
 """Run in a child process under a low open-files limit: a curation's stages, or the old merge's way of opening parts."""
-import copy, json, resource, sys, time
+import json, resource, sys, time
 from pathlib import Path
 
 
 def main(out: str, mode: str, limit: int):
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    from mtnlg.curation import CurationRun, stages, run_local
+    from mtnlg.curation import CurationRun, run_local
     from mtnlg.curation_steps import open_files
     run = CurationRun(**{k: v for k, v in json.loads((Path(out) / "run.json").read_text()).items()
                          if k in CurationRun.__dataclass_fields__} | {"out": out})
-    t0, fds, secs = time.time(), {}, {}
-    if mode == "inline":            # every stage's steps, task by task in this process, fresh steps per task
-        for name, steps, tasks in stages(run):
-            fds[name], t = 0, time.time()
-            for rank in range(tasks):
-                data = None
-                for step in copy.deepcopy(steps): data = step(data, rank, tasks)
-                for _ in data or []: pass
-                fds[name] = max(fds[name], open_files())
-            secs[name] = round(time.time() - t, 2)
-    elif mode == "executor":        # datatrove's LocalPipelineExecutor, one worker (the tasks in this process)
+    t0, fds = time.time(), {}
+    if mode == "executor":        # datatrove's LocalPipelineExecutor, one worker (the tasks in this process)
         run_local(run, workers=1, log=None)
         fds["end"] = open_files()
     elif mode == "old_merge":       # what the old merge held for a source: every part's .bin/.idx and its jsonl
@@ -33,7 +24,7 @@ def main(out: str, mode: str, limit: int):
                 print(json.dumps({"source": s.name, "parts_opened": len(held), "error": str(e)}))
                 sys.exit(1)
             fds[s.name] = open_files()
-    print(json.dumps({"seconds": round(time.time() - t0, 2), "stage_seconds": secs, "open_files_max": fds}))
+    print(json.dumps({"seconds": round(time.time() - t0, 2), "open_files_max": fds}))
 
 
 if __name__ == "__main__":

@@ -120,9 +120,8 @@ def _run_400(tmp_path, data, mode: str):
 
 def test_400_tasks_under_256_open_files(tmp_path, fixture_data):
     "tasks=400 under `ulimit -n 256`: the same output as tasks=2; opening every part of a source, as the old merge did, fails."
-    # the steps of every stage, task by task in one process (datatrove's executor loop without its per-task
-    # logging and completion files, which cost ~50 ms a task: the slow test below runs them too)
-    srcs, many = _run_400(tmp_path, fixture_data, "inline")
+    # datatrove's LocalPipelineExecutor with one worker: the 2,800 tasks one after another (~1 minute)
+    srcs, many = _run_400(tmp_path, fixture_data, "executor")
     # a bucket task maps at most 16 shards' signatures (2 files each): a bucket of the near copies spans more shards
     buckets = [json.loads(f.read_text())["held"] for f in (tmp_path / "t400/stats/buckets").glob("*.json")]
     assert max(h["minhash_max"] for h in buckets) > 16 and 16 < max(h["open_files_max"] for h in buckets) <= 48
@@ -132,9 +131,3 @@ def test_400_tasks_under_256_open_files(tmp_path, fixture_data):
     # positive control: the old merge's way (a source's parts all open: .bin and .idx maps and the jsonl) fails
     r = _child(many.out, "old_merge")
     assert r.returncode != 0 and "Too many open files" in r.stdout, r.stdout + r.stderr[-2000:]
-
-
-@pytest.mark.slow
-def test_400_tasks_under_256_open_files_with_datatrove_executor(tmp_path, fixture_data):
-    "The same with datatrove's LocalPipelineExecutor (one worker: the 2,800 tasks one after another, ~1 minute)."
-    _run_400(tmp_path, fixture_data, "executor")
