@@ -26,7 +26,7 @@ class CurationRun:
     "One curation run: sources, stage parameters and output folder; the same for every executor."
     sources: list[Source]               # in blend order: on duplicates, the earlier source keeps its document
     out: str                            # run folder: run.json, curated/, indexed/, stats/, logs/, work/, ...
-    tasks: int = 2                      # shards of every stage but merge and report
+    tasks: int = 2                      # shards of every stage but concat and report
     eval_dir: str | None = None         # evaluation sets for 13-gram decontamination (None: no decontamination)
     quality_threshold: float = 0.5      # keep web documents whose quality score is at least this
     min_chars: int = 200                # clean: drop documents shorter than this (characters)
