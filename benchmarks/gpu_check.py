@@ -1,15 +1,17 @@
-"""Issue 18 in one GPU call: the training step correct on CUDA, its speed against the baselines, its memory
+"""Issues 18/31 in one GPU call: the training step correct on CUDA, its speed against the baselines, its memory
 against the planner, and the largest GPT one GPU trains; one run of under 10 minutes, written to --out as it goes.
 
-Sections, in this order. Each appends its table to OUT/gpu_check.md and its records to OUT/gpu_check.jsonl the
-moment it ends, so a run cut off still leaves what it finished; a failing check is recorded and the next one runs.
+Sections, in this order (correctness runs side by side, four at a time: none of them is timed; the rest alone).
+Checks and sections that would start after --budget seconds are recorded as skipped. Each appends its table
+to OUT/gpu_check.md and its records to OUT/gpu_check.jsonl the moment it ends, so a run cut off still leaves
+what it finished; a failing check is recorded and the next one runs.
   correctness  `mtnlg train` as users run it (one process, real tokens from --data):
                - tiny and gpt3-1.3b, bf16, dropout 0.1, 10 steps: losses finite, the last three below the first;
                - tiny bf16 with dropout twice with one seed: bit-equal losses;
                - tiny fp32, dropout 0, on the GPU and on the CPU: losses within 1e-4;
                - tiny bf16 with dropout stopped at step 5 and resumed: steps 6-10 equal the uninterrupted run's;
                - tiny bf16 with `compile` on and off: losses within 2e-2 (relative).
-  speed        benchmarks/gpu_step.py at micro-batch 4 and 8: this project's step, HF eager, HF + torch.compile,
+  speed        benchmarks/gpu_step.py at micro-batch 8, then 4: this project's step, HF eager, HF + torch.compile,
                megatron-core's GPT (CUDA events, median), the matmul peak in the same run, peak memory and the
                planner's prediction.
   scale        the largest gpt3-shaped model the planner fits on this GPU (activation checkpointing,
@@ -25,7 +27,8 @@ CPU smoke test of every section (small sizes; minutes):
     OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/python benchmarks/gpu_check.py --device cpu \\
       --data .gpu/shakespeare --out /tmp/gpu_check
 """
-import argparse, contextlib, datetime, io, json, math, os, shutil, subprocess, sys, time
+import argparse, concurrent.futures as cf, contextlib, datetime, io, json, math, os, shutil, subprocess, sys
+import threading, time
 from pathlib import Path
 from mtnlg import indexed as IX
 
@@ -38,13 +41,19 @@ DROPOUT = ["--set", "model.hidden_dropout=0.1", "--set", "model.attention_dropou
 
 class Report:
     "Appends Markdown to OUT/gpu_check.md and one JSON record per check to OUT/gpu_check.jsonl, flushed at once."
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, budget: float):
         self.out = out
         out.mkdir(parents=True, exist_ok=True)
         self.failed = 0
+        self.deadline = time.time() + budget          # past it, checks and sections are recorded as skipped
+        self.lock = threading.Lock()                  # correctness checks report from their own threads
+
+    def left(self) -> float:
+        "Seconds left of the run's budget."
+        return self.deadline - time.time()
 
     def _append(self, name: str, text: str):
-        with open(self.out / name, "a") as f:
+        with self.lock, open(self.out / name, "a") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -60,14 +69,22 @@ class Report:
         self.md(f"| {name} | {'ok' if ok else 'FAILED'} | {detail} |")
 
 
+class Tee(io.StringIO):
+    "Keeps what is printed and passes it on at once (a run cut off still shows the rows it finished)."
+    def write(self, s):
+        sys.__stdout__.write(s)
+        return super().write(s)
+
+
 def train(a, run: Path, *flags, cpu=False, resume=False) -> list[float]:
     "Losses of `mtnlg train --out run flags` in a fresh process (on the CPU if `cpu`)."
-    env = dict(os.environ)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "4"))   # runs share the host
     if cpu or a.device == "cpu":
         env.update(CUDA_VISIBLE_DEVICES="", DS_ACCELERATOR="cpu")
     cmd = [sys.executable, "-c", "import sys; from mtnlg.cli import main; sys.exit(main(sys.argv[1:]))", "train",
            "--out", str(run), *flags, *(["--resume"] if resume else ["--data", a.data])]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.run_timeout)
+    run.parent.mkdir(parents=True, exist_ok=True)                     # a run that fails at once made no folder
     (run.parent / f"{run.name}.log").write_text(p.stdout[-20000:] + p.stderr[-20000:])
     if p.returncode: raise RuntimeError(f"mtnlg train failed ({p.returncode}): {p.stderr.strip()[-300:]}")
     from mtnlg.train import read_metrics
@@ -79,10 +96,19 @@ def falling(losses) -> bool:
 
 
 def correctness(a, rep: Report, work: Path):
-    "The five checks of the docstring; each its own runs."
+    "The five checks of the docstring, side by side (nothing here is timed); runs of one name are made once."
     rep.md("\n### Correctness (`mtnlg train`, one process)\n\n| check | result | detail |\n|---|---|---|")
+    pool, made, made_lock = cf.ThreadPoolExecutor(a.parallel_runs), {}, threading.Lock()
+    def train(a, run: Path, *flags, **kw):
+        "The losses of run `run.name`, trained once in the pool whichever check asks first."
+        with made_lock:
+            if run.name not in made: made[run.name] = pool.submit(globals()["train"], a, run, *flags, **kw)
+            fut = made[run.name]
+        return fut.result()
     def check(name, fn):
         t0 = time.time()
+        if rep.left() < 60:
+            return rep.record("correctness", name, False, error="skipped: the run's --budget is spent")
         try:
             ok, detail = fn()
             rep.record("correctness", name, ok, seconds=round(time.time() - t0), **detail)
@@ -105,28 +131,27 @@ def correctness(a, rep: Report, work: Path):
         worst = max(abs(p - q) for p, q in zip(x, y))
         return len(x) == len(y) and worst <= 1e-4, dict(max_abs_diff=f"{worst:.2e}")
     def resume():
-        whole = read(work / "tiny_a") if (work / "tiny_a").exists() else train(a, work / "tiny_a", *bf16)
+        whole = train(a, work / "tiny_a", *bf16)
         run = work / "resumed"
         train(a, run, *[f if f != "10" else "5" for f in bf16])           # --steps 5, checkpoint at 5
-        again = train(a, run, "--steps", "10", "--no-progress", resume=True)   # the run's own settings
+        again = globals()["train"](a, run, "--steps", "10", "--no-progress", resume=True)   # the run's own settings
         return again[5:] == whole[5:], dict(after_resume=[round(v, 4) for v in again[5:]])
     def compiled():
         flags = [*TINY, "--precision", "bf16"]
         x, y = train(a, work / "eager", *flags), train(a, work / "compiled", *flags, "--set", "compile=true")
         worst = max(abs(p - q) / abs(p) for p, q in zip(x, y))
         return worst <= 2e-2, dict(max_rel_diff=f"{worst:.2e}")
+    checks = []
     for name, fn in (("tiny bf16 + dropout: falling; same seed bit-equal", tiny_repeat),
                      ("gpt3-1.3b bf16 + dropout: finite and falling", big),
                      ("tiny fp32: this device = CPU within 1e-4", gpu_vs_cpu),
                      ("tiny bf16 + dropout: resume at step 5 = uninterrupted", resume),
                      ("tiny bf16: compile on = off within 2e-2", compiled)):
         if a.device == "cpu" and name.startswith("tiny fp32"): continue     # CPU against itself says nothing
-        check(name, fn)
-
-
-def read(run: Path) -> list[float]:
-    from mtnlg.train import read_metrics
-    return [r["loss"] for r in read_metrics(run)]
+        checks.append(threading.Thread(target=check, args=(name, fn)))
+    for t in checks: t.start()
+    for t in checks: t.join()
+    pool.shutdown()
 
 
 def speed(a, rep: Report):
@@ -134,11 +159,15 @@ def speed(a, rep: Report):
     import gpu_step
     rep.md("\n### Speed and memory (`benchmarks/gpu_step.py`)\n")
     for mb in a.micro_batches:
+        if rep.left() < 150:
+            rep.record("speed", f"micro-batch {mb}", False, error="skipped: the run's --budget is spent"); continue
         argv = ["--micro-batch", str(mb), "--steps", str(a.steps), "--warmup", str(a.warmup)]
+        if a.rows: argv += ["--only", a.rows]
+        if a.profile: argv += ["--profile"]
         if a.device == "cpu":
             argv += ["--device", "cpu", "--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "64",
                      "--only", "mtnlg,hf-eager"]
-        buf = io.StringIO()
+        buf = Tee()
         with contextlib.redirect_stdout(buf): code = gpu_step.main(argv)
         table = buf.getvalue()
         start = table.find("\n## One training step")
@@ -165,6 +194,7 @@ def largest_fit(gpu_bytes: float, seq: int = 2048, heads_dim: int = 128, hiddens
 def scale(a, rep: Report):
     "The planner's largest model for this GPU, trained for a few steps by gpu_step.py's project row."
     import gpu_step, torch
+    if rep.left() < 120: return rep.record("scale", "largest model", False, error="skipped: the run's --budget is spent")
     total = torch.cuda.get_device_properties(0).total_memory if a.device == "cuda" else 2 ** 31
     small = dict(seq=64, heads_dim=32, hiddens=range(128, 513, 128))          # the CPU smoke test's sizes
     fit = largest_fit(total) if a.device == "cuda" else largest_fit(total, **small)
@@ -177,7 +207,7 @@ def scale(a, rep: Report):
     argv = ["--only", "mtnlg+parallel.checkpoint_activations=1", "--micro-batch", "1", "--layers", str(layers),
             "--hidden", str(hidden), "--heads", str(heads), "--steps", "3", "--warmup", "1"]
     if a.device == "cpu": argv += ["--device", "cpu", "--seq", "64"]
-    buf = io.StringIO()
+    buf = Tee()
     with contextlib.redirect_stdout(buf): code = gpu_step.main(argv)
     table = buf.getvalue()
     rep.md(table[table.index("| row"):] if "| row" in table else table[-3000:])
@@ -190,7 +220,12 @@ def main():
     ap.add_argument("--data", default=None, help="tokenized corpus prefix (default: Tiny Shakespeare, tokenized here)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--sections", default="correctness,speed,scale", help="comma-separated, in this order")
-    ap.add_argument("--micro-batches", default="4,8", help="speed section's micro-batches")
+    ap.add_argument("--micro-batches", default="8,4", help="speed section's micro-batches, in this order")
+    ap.add_argument("--rows", default=None, help="speed section's gpu_step.py rows (default: all of them)")
+    ap.add_argument("--profile", action="store_true", help="speed section: profile the mtnlg rows (top kernels)")
+    ap.add_argument("--budget", type=float, default=540, help="seconds for the whole run: checks and sections "
+                    "that would start too late are recorded as skipped (a device call's limit is 600 s)")
+    ap.add_argument("--parallel-runs", type=int, default=4, help="correctness runs at a time (none is timed)")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per speed row")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per speed row first")
     ap.add_argument("--run-timeout", type=int, default=240, help="seconds one training run may take")
@@ -200,7 +235,7 @@ def main():
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     out = Path(a.out)
-    rep = Report(out)
+    rep = Report(out, a.budget)
     work = out / "runs"
     shutil.rmtree(work, ignore_errors=True)
     if a.data is None: a.data = tokenize_shakespeare(out / "data")

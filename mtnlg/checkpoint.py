@@ -236,8 +236,8 @@ class CheckpointReader(FileSystemReader):
         if self._layouts[req.storage_index] is None: return False
         first, dtype, shape = self._layouts[req.storage_index]
         target = planner.resolve_tensor(req).detach()
-        into = (target if target.is_contiguous() and target.dtype == dtype
-                else torch.empty(tuple(req.lengths), dtype=dtype))
+        direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == dtype
+        into = target if direct else torch.empty(tuple(req.lengths), dtype=dtype, device="cpu")   # read on the host
         flat, at, size = into.reshape(-1).view(torch.uint8).numpy(), 0, dtype.itemsize
         for run, count in _runs(shape, req.storage_offsets, req.lengths):
             _pread_into(fd, flat[at:at + count * size], first + run * size)
