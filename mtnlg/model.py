@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from .config import ModelConfig
+from . import patches
 
 # %% auto #0
 __all__ = ['CE_BLOCK', 'INIT_TILE_COLS', 'INIT_TILE_NUMEL', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm',
@@ -79,8 +80,8 @@ class Attention(nn.Module):
         self.heads, self.head_dim, self.p = cfg.num_heads // tp, h // cfg.num_heads, cfg.attention_dropout
         # qkv output features are laid out [3, heads, head_dim]: q, k, v each head-major (as GPT-2's c_attn)
         self.qkv = tpl.ColumnParallelLinear(h, 3 * h, config=mp, init_method=_noinit, bias=True, gather_output=False)
-        self.proj = tpl.RowParallelLinear(h, h, config=mp, init_method=_noinit, bias=True, input_is_parallel=True,
-                                          skip_bias_add=False)
+        self.proj = patches.row_parallel_linear()(h, h, config=mp, init_method=_noinit, bias=True,
+                                                  input_is_parallel=True, skip_bias_add=False)
         _mark_tp(self.qkv.weight, 0); _mark_tp(self.proj.weight, 1)
 
     def forward(self, x, kv=None):                      # [B, S, H] -> [B, S, H]
@@ -107,8 +108,8 @@ class MLP(nn.Module):
         from megatron.core import tensor_parallel as tpl
         mp, h, f = mp_config(cfg), cfg.hidden_size, cfg.ffn_hidden_size
         self.fc1 = tpl.ColumnParallelLinear(h, f, config=mp, init_method=_noinit, bias=True, gather_output=False)
-        self.fc2 = tpl.RowParallelLinear(f, h, config=mp, init_method=_noinit, bias=True, input_is_parallel=True,
-                                         skip_bias_add=False)
+        self.fc2 = patches.row_parallel_linear()(f, h, config=mp, init_method=_noinit, bias=True,
+                                                 input_is_parallel=True, skip_bias_add=False)
         _mark_tp(self.fc1.weight, 0); _mark_tp(self.fc2.weight, 1)
         self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"   # Megatron's GELU is the tanh form
 

@@ -13,8 +13,8 @@ from importlib.metadata import version as installed_version
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
            'cpu_has_bf16_gemm', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
-           'import_deepspeed_muon', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
-           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location',
+           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -226,6 +226,19 @@ def import_deepspeed_muon():
     "Import DeepSpeed's Muon optimizer (ZeRO's optimizer check does), compiled at first call rather than at import."
     if "deepspeed.runtime.zero.muon.muon_optimizer" not in sys.modules:
         with compile_on_first_call(): import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
+
+# %% ../nbs/00b_patches.ipynb #3fe73698
+@_registered("megatron-core", "0.16.1", ["megatron.core.tensor_parallel.layers:RowParallelLinear._forward_impl"],
+             "RowParallelLinear.forward hands tp_group=None to its matmul, which then warns on rank 0 at every call; "
+             "under torch.compile each warning breaks a block's graph (8 graphs and recompiles instead of one)")
+@functools.cache
+def row_parallel_linear():
+    "megatron-core's RowParallelLinear, handing its own tensor-parallel group to its matmul (the group None means)."
+    from megatron.core.tensor_parallel import RowParallelLinear
+    class RowParallelLinearWithGroup(RowParallelLinear):
+        def _forward_impl(self, input, weight, *args, **kwargs):
+            return super()._forward_impl(input, weight, *args, **{**kwargs, "tp_group": self.tp_group})
+    return RowParallelLinearWithGroup
 
 # %% ../nbs/00b_patches.ipynb #d7c10a02
 @_registered("torch", "2.13.0", ["torch.distributed.checkpoint.filesystem:_StorageInfo"],
