@@ -44,6 +44,13 @@ class CurationStep(PipelineStep):
             c[k] += v
             self.stat_update(k, value=v)
 
+    @contextlib.contextmanager
+    def clock(self):
+        "Add the CPU time of the block to `self.cpu` (a filter's own work on one document)."
+        t = time.process_time()
+        try: yield
+        finally: self.cpu += time.process_time() - t
+
     def timed(self, it):
         "Iterate `it`, adding the CPU time of this step's own work (between items) to `self.cpu`."
         t = time.process_time()
@@ -103,13 +110,12 @@ class CleanDocuments(CurationStep):
     def run(self, data, rank: int = 0, world_size: int = 1):
         r = self.run_desc
         for d in data:
-            t0 = time.process_time()
-            s, b = d.metadata["source"], doc_bytes(d)
-            t = clean_text(d.text)
-            keep = len(t) >= r.min_chars and len(t.split()) >= r.min_words
-            out = {"docs_out": 1, "bytes_out": len(t.encode())} if keep else {"too_short": 1}
-            self.count(s, docs_in=1, bytes_in=b, **out)
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                s, b = d.metadata["source"], doc_bytes(d)
+                t = clean_text(d.text)
+                keep = len(t) >= r.min_chars and len(t.split()) >= r.min_words
+                out = {"docs_out": 1, "bytes_out": len(t.encode())} if keep else {"too_short": 1}
+                self.count(s, docs_in=1, bytes_in=b, **out)
             if keep: d.text = t; yield d
         self.save_stats(rank)
 
@@ -130,11 +136,10 @@ class DedupFilter(CurationStep):
         rm = np.load(self.root / "work" / "remove" / f"{rank:05d}.npy")
         why = dict(zip(rm[:, 0].tolist(), rm[:, 1].tolist()))
         for d in data:
-            t0 = time.process_time()
-            s, b, w = d.metadata["source"], doc_bytes(d), why.get(d.metadata["key"])
-            rule = {1: {"exact_dups": 1}, 2: {"fuzzy_dups": 1}}.get(w, {"docs_out": 1, "bytes_out": b})
-            self.count(s, docs_in=1, bytes_in=b, **rule)
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                s, b, w = d.metadata["source"], doc_bytes(d), why.get(d.metadata["key"])
+                rule = {1: {"exact_dups": 1}, 2: {"fuzzy_dups": 1}}.get(w, {"docs_out": 1, "bytes_out": b})
+                self.count(s, docs_in=1, bytes_in=b, **rule)
             if w is None: yield d
         self.save_stats(rank)
 
@@ -146,16 +151,15 @@ class QualityFilter(CurationStep):
         only = {s.name for s in r.sources if s.quality_filter}
         clf = pickle.loads((self.root / "quality.pkl").read_bytes()) if only else None
         for d in data:
-            t0 = time.process_time()
-            s, b = d.metadata["source"], doc_bytes(d)
-            keep = True
-            if s in only:
-                score = float(clf.score([d.text])[0])
-                alpha = r.quality_pareto_alpha
-                keep = pareto_keep(score, alpha, r.seed, d.id) if alpha else score >= r.quality_threshold
-                self.count(s, scored=1, **({} if keep else {"low_quality": 1}))
-            self.count(s, docs_in=1, bytes_in=b, **({"docs_out": 1, "bytes_out": b} if keep else {}))
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                s, b = d.metadata["source"], doc_bytes(d)
+                keep = True
+                if s in only:
+                    score = float(clf.score([d.text])[0])
+                    alpha = r.quality_pareto_alpha
+                    keep = pareto_keep(score, alpha, r.seed, d.id) if alpha else score >= r.quality_threshold
+                    self.count(s, scored=1, **({} if keep else {"low_quality": 1}))
+                self.count(s, docs_in=1, bytes_in=b, **({"docs_out": 1, "bytes_out": b} if keep else {}))
             if keep: yield d
         self.save_stats(rank)
 
@@ -171,13 +175,13 @@ class CountEvalNgrams(CurationStep):
         ng, counts, work = _eval_ngrams(self.root), DC.NgramCounts(), self.root / "work"
         with atomic_file(work / "kept" / f"{rank:05d}.jsonl") as f:
             for d in data:
-                t0 = time.process_time()
-                s, b = d.metadata["source"], doc_bytes(d)
-                hit = counts.add(DC.ngram_hits(d.text, ng)) if ng else 0
-                rec = {"k": d.metadata["key"], "s": s, "id": d.id, "text": d.text}
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                self.count(s, docs_in=1, bytes_in=b, docs_out=1, bytes_out=b, **({"eval_hits": 1} if hit else {}))
-                self.cpu += time.process_time() - t0
+                with self.clock():
+                    s, b = d.metadata["source"], doc_bytes(d)
+                    hit = counts.add(DC.ngram_hits(d.text, ng)) if ng else 0
+                    rec = {"k": d.metadata["key"], "s": s, "id": d.id, "text": d.text}
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                    hits = {"eval_hits": 1} if hit else {}
+                    self.count(s, docs_in=1, bytes_in=b, docs_out=1, bytes_out=b, **hits)
         counts.save(work / "ngram_counts" / f"{rank:05d}.npz")
         self.save_stats(rank)
         return; yield
@@ -204,18 +208,16 @@ class Decontaminate(CurationStep):
         r, ng = self.run_desc, _eval_ngrams(self.root)
         rule = r.decontam_rule()
         if ng:
-            t0 = time.process_time()
-            ng = DC.below_threshold(ng, corpus_counts(self.root, r.tasks), rule.key_threshold)
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                ng = DC.below_threshold(ng, corpus_counts(self.root, r.tasks), rule.key_threshold)
         for d in data:
-            t0 = time.process_time()
-            s, b = d.metadata["source"], doc_bytes(d)
-            pieces, hits = DC.decontaminate_text(d.text, ng, rule) if ng else ([d.text], 0)
-            b_out = sum(len(x.encode()) for x in pieces)
-            self.count(s, docs_in=1, bytes_in=b, docs_out=len(pieces), bytes_out=b_out,
-                       **({"contaminated": 1, "contam_matches": hits} if hits else {}),
-                       **({"contam_dropped": 1} if hits and not pieces else {}))
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                s, b = d.metadata["source"], doc_bytes(d)
+                pieces, hits = DC.decontaminate_text(d.text, ng, rule) if ng else ([d.text], 0)
+                b_out = sum(len(x.encode()) for x in pieces)
+                self.count(s, docs_in=1, bytes_in=b, docs_out=len(pieces), bytes_out=b_out,
+                           **({"contaminated": 1, "contam_matches": hits} if hits else {}),
+                           **({"contam_dropped": 1} if hits and not pieces else {}))
             if not hits: yield d; continue
             for i, x in enumerate(pieces):
                 yield Document(text=x, id=f"{d.id}#{i}", metadata=dict(d.metadata))
@@ -237,22 +239,21 @@ class TokenizeShards(CurationStep):
         with contextlib.ExitStack() as files:         # each source's part: written whole or not at all
             open_ = {}
             for d in data:
-                t0 = time.process_time()
-                s, unit = d.metadata["source"], d.metadata["key"] >> KEY_SHIFT
-                if s not in open_:
-                    p = parts / s / f"{rank:05d}"
-                    open_[s] = (files.enter_context(indexed_writer(p, token_dtype(tk.vocab_size))),
-                                files.enter_context(atomic_file(f"{p}.jsonl", "wb")), [])
-                b, txt, units = open_[s]
-                ids = np.asarray(tk.tokenize(d.text) + [tk.eod], dtype=np.int64)
-                b.add_document(ids, [len(ids)])
-                line = (json.dumps({"text": d.text, "id": d.id}, ensure_ascii=False) + "\n").encode()
-                txt.write(line)                 # the line of curated/<source>.jsonl: merge copies it as it is
-                if not units or units[-1][0] != unit: units.append([unit, 0, 0, 0, 0])
-                for c, v in zip(range(1, 5), (1, len(ids), len(d.text), len(line))): units[-1][c] += v
-                n = doc_bytes(d)
-                self.count(s, docs_in=1, bytes_in=n, docs_out=1, bytes_out=n, tokens=len(ids))
-                self.cpu += time.process_time() - t0
+                with self.clock():
+                    s, unit = d.metadata["source"], d.metadata["key"] >> KEY_SHIFT
+                    if s not in open_:
+                        p = parts / s / f"{rank:05d}"
+                        open_[s] = (files.enter_context(indexed_writer(p, token_dtype(tk.vocab_size))),
+                                    files.enter_context(atomic_file(f"{p}.jsonl", "wb")), [])
+                    b, txt, units = open_[s]
+                    ids = np.asarray(tk.tokenize(d.text) + [tk.eod], dtype=np.int64)
+                    b.add_document(ids, [len(ids)])
+                    line = (json.dumps({"text": d.text, "id": d.id}, ensure_ascii=False) + "\n").encode()
+                    txt.write(line)             # the line of curated/<source>.jsonl: merge copies it as it is
+                    if not units or units[-1][0] != unit: units.append([unit, 0, 0, 0, 0])
+                    for c, v in zip(range(1, 5), (1, len(ids), len(d.text), len(line))): units[-1][c] += v
+                    n = doc_bytes(d)
+                    self.count(s, docs_in=1, bytes_in=n, docs_out=1, bytes_out=n, tokens=len(ids))
             for s, (_, _, units) in open_.items():
                 save_npy(parts / s / f"{rank:05d}.units.npy", np.array(units, np.int64).reshape(-1, 5))
             _fault("tokenize", rank, self.root)
@@ -270,6 +271,14 @@ def _copy_range(src, dst, start: int, n: int, block: int = 1 << 20):
         dst.write(b)
         n -= len(b)
 
+def _units_table(prefix):
+    "(units table, each unit's first document, first byte) of a part, or None when its shard kept nothing."
+    if not Path(f"{prefix}.units.npy").exists(): return None
+    tab = np.load(f"{prefix}.units.npy")
+    starts = np.zeros((len(tab) + 1, 2), np.int64)
+    starts[1:] = np.cumsum(tab[:, [1, 4]], axis=0)
+    return tab, starts[:-1, 0], starts[:-1, 1]
+
 class MergeSources(CurationStep):
     "Copy a contiguous range of units, in blend order, from their parts into one segment per source touched."
     name = "merge"
@@ -280,29 +289,30 @@ class MergeSources(CurationStep):
         lo, hi = rank * len(units) // world_size, (rank + 1) * len(units) // world_size
         dtype, fds = token_dtype(get_tokenizer(r.tokenizer).vocab_size), open_files()
         seg, part = None, None              # the open segment (source, writer, text, stack) and part (prefix, ...)
+        tables = {}                         # each part's units table, read once: (units, first doc, first byte)
         try:
             for u in range(lo, hi):
-                t0 = time.process_time()
-                s = r.sources[units[u][0]].name
-                prefix = self.root / "work" / "parts" / s / f"{u % r.tasks:05d}"   # the shard that read unit u
-                if not Path(f"{prefix}.units.npy").exists(): continue
-                tab = np.load(f"{prefix}.units.npy")
-                at = int(np.searchsorted(tab[:, 0], u))
-                if at == len(tab) or tab[at, 0] != u: continue      # nothing of unit u kept
-                if seg is None or seg[0] != s:                      # one segment open at a time
-                    if seg: seg[3].close()
-                    seg = self._segment(s, rank, dtype)
-                if part is None or part[0] != prefix:               # one part open at a time
-                    if part: part[2].close()
-                    part = (prefix, IndexedDataset(str(prefix)), open(f"{prefix}.jsonl", "rb"))
-                first, start = tab[:at, 1].sum(), tab[:at, 4].sum()
-                for i in range(first, first + tab[at, 1]):
-                    ids = part[1][int(i)]
-                    seg[1].add_document(ids, [len(ids)])
-                _copy_range(part[2], seg[2], int(start), int(tab[at, 4]))
-                self.count(s, docs_out=int(tab[at, 1]), tokens=int(tab[at, 2]), chars_out=int(tab[at, 3]))
-                fds = max(fds, open_files())
-                self.cpu += time.process_time() - t0
+                with self.clock():
+                    s = r.sources[units[u][0]].name
+                    prefix = self.root / "work" / "parts" / s / f"{u % r.tasks:05d}"   # the shard that read unit u
+                    if prefix not in tables: tables[prefix] = _units_table(prefix)
+                    if tables[prefix] is None: continue                 # the shard kept nothing
+                    tab, first_doc, first_byte = tables[prefix]
+                    at = int(np.searchsorted(tab[:, 0], u))
+                    if at == len(tab) or tab[at, 0] != u: continue      # nothing of unit u kept
+                    if seg is None or seg[0] != s:                      # one segment open at a time
+                        if seg: seg[3].close()
+                        seg = self._segment(s, rank, dtype)
+                    if part is None or part[0] != prefix:               # one part open at a time
+                        if part: part[2].close()
+                        part = (prefix, IndexedDataset(str(prefix)), open(f"{prefix}.jsonl", "rb"))
+                    first, start = first_doc[at], first_byte[at]
+                    for i in range(first, first + tab[at, 1]):
+                        ids = part[1][int(i)]
+                        seg[1].add_document(ids, [len(ids)])
+                    _copy_range(part[2], seg[2], int(start), int(tab[at, 4]))
+                    self.count(s, docs_out=int(tab[at, 1]), tokens=int(tab[at, 2]), chars_out=int(tab[at, 3]))
+                    fds = max(fds, open_files())
         except BaseException:
             if seg: seg[3].__exit__(*sys.exc_info())        # the unfinished segment is not written
             raise
@@ -366,15 +376,14 @@ class ConcatSources(CurationStep):
         r = self.run_desc
         dtype = token_dtype(get_tokenizer(r.tokenizer).vocab_size)
         for si in range(rank, len(r.sources), world_size):
-            t0 = time.process_time()
-            s = r.sources[si].name
-            segs = [p.with_suffix("") for p in sorted((self.root / "work" / "merged" / s).glob("*.idx"))]
-            _concat_indexed(segs, self.root / "indexed" / s, dtype)
-            with atomic_file(self.root / "curated" / f"{s}.jsonl", "wb") as txt:
-                for p in segs:                  # one segment open at a time
-                    with open(f"{p}.jsonl", "rb") as f: shutil.copyfileobj(f, txt)
-            self.count(s, segments=len(segs))
-            self.cpu += time.process_time() - t0
+            with self.clock():
+                s = r.sources[si].name
+                segs = [p.with_suffix("") for p in sorted((self.root / "work" / "merged" / s).glob("*.idx"))]
+                _concat_indexed(segs, self.root / "indexed" / s, dtype)
+                with atomic_file(self.root / "curated" / f"{s}.jsonl", "wb") as txt:
+                    for p in segs:                  # one segment open at a time
+                        with open(f"{p}.jsonl", "rb") as f: shutil.copyfileobj(f, txt)
+                self.count(s, segments=len(segs))
         self.save_stats(rank)
         return; yield
 
