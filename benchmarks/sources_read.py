@@ -4,6 +4,7 @@ datatrove's Trafilatura (in its sandbox process, and in-process for the sandbox'
     OMP_NUM_THREADS=1 python benchmarks/sources_read.py [--mb 200] [--pages 300]
 """
 import argparse, html, io, json, os, re, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -12,7 +13,7 @@ from mtnlg.data import Source, decode_page, file_parts, read_documents   # noqa:
 
 
 def plan_parts(tmp: Path, mb: int) -> dict:
-    "MB/s of `file_parts` (a sequential read that counts lines) on an uncompressed jsonl file of `mb` MB."
+    "MB/s of `file_parts` on an uncompressed jsonl file of `mb` MB; its lines counted by 1 and 8 threads, warm and cold."
     words = (ROOT / "tests/data/corpus/gutenberg/austen-emma.txt").read_text().split()
     lines = [json.dumps({"text": " ".join(words[i:i + 150])}) + "\n" for i in range(0, len(words) - 150, 150)]
     block = "".join(lines).encode()
@@ -24,9 +25,18 @@ def plan_parts(tmp: Path, mb: int) -> dict:
     t0 = time.perf_counter()
     parts = file_parts(str(p), 16 << 20)
     dt = time.perf_counter() - t0
+    out = {"file_MB": round(size / 1e6, 1), "parts": len(parts), "seconds": round(dt, 3),
+           "MB_per_s": round(size / 1e6 / dt, 1)}
+    for cold in (False, True):                  # one thread vs 8 (the lines of parts counted side by side)
+        if cold and not os.access("/proc/sys/vm/drop_caches", os.W_OK): continue
+        for threads in (1, 8):
+            if cold: os.system("sync; echo 3 > /proc/sys/vm/drop_caches")    # the disk's reads, not the cache's
+            else: os.system(f"cat {p} > /dev/null")
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool: assert file_parts(str(p), 16 << 20, pool=pool) == parts
+            out[f"{'cold' if cold else 'warm'}_{threads}_threads_s"] = round(time.perf_counter() - t0, 3)
     p.unlink()
-    return {"file_MB": round(size / 1e6, 1), "parts": len(parts), "seconds": round(dt, 3),
-            "MB_per_s": round(size / 1e6 / dt, 1)}
+    return out
 
 
 def warc_pages(tmp: Path, n: int) -> tuple[Path, int]:

@@ -5,6 +5,7 @@
 # %% ../nbs/05b_curation.ipynb #7931f3b4
 from __future__ import annotations
 import dataclasses, functools, collections, hashlib, json, os, pickle, shutil, sys, time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
@@ -88,15 +89,22 @@ def _lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
 # %% ../nbs/05b_curation.ipynb #98a37542
 def _units(run: CurationRun) -> list[list]:
     "[source index, file, part] of each unit in blend order: parts of files (`file_parts`), or a whole source."
-    out = []
+    whole, files = {}, []                         # a whole source at its index; (index, file) to cut
     for i, s in enumerate(run.sources):
         p = Path(s.path)
-        if is_hf_folder(p) or s.max_docs: out.append([i, str(p), None]); continue
-        files = sorted(f for f in p.glob(s.glob) if f.is_file()) if p.is_dir() else [p]
-        if not files:
+        if is_hf_folder(p) or s.max_docs: whole[i] = [i, str(p), None]; continue
+        found = sorted(f for f in p.glob(s.glob) if f.is_file()) if p.is_dir() else [p]
+        if not found:
             raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; "
                             "check the folder or the glob")
-        out += [[i, str(f), part] for f in files for part in file_parts(f, run.unit_bytes, s.split)]
+        files += [(i, f) for f in found]
+    n = min(32, os.cpu_count() or 1)              # files, and each file's parts, read side by side
+    with ThreadPoolExecutor(n) as by_file, ThreadPoolExecutor(n) as by_part:
+        cut = lambda x: file_parts(x[1], run.unit_bytes, run.sources[x[0]].split, by_part)
+        parts = dict(zip(files, by_file.map(cut, files)))
+    out = []
+    for i in range(len(run.sources)):
+        out += [whole[i]] if i in whole else [[i, str(f), p] for j, f in files if j == i for p in parts[j, f]]
     return out
 
 def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> CurationRun:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05_data.ipynb #cd6e2e66
 from __future__ import annotations
-import collections, gzip, hashlib, io, json, os, re, shutil, time, unicodedata
+import collections, gzip, hashlib, io, itertools, json, os, re, shutil, time, unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -303,18 +303,26 @@ def _boundary(f, blank: bool) -> int:
         prev = empty
     return f.tell()
 
-def _line_parts(path, unit_bytes: int, blank: bool = False) -> list:
-    "[first byte, end byte, first line] of line-aligned parts of about `unit_bytes` (one pass counts lines)."
-    size, parts, lo, line = os.path.getsize(path), [], 0, 1
+def _count_lines(path, lo: int, hi: int, block: int = 1 << 24) -> int:
+    "Newlines in bytes [lo, hi) of a file."
+    n = 0
     with open(path, "rb") as f:
+        f.seek(lo)
+        for at in range(lo, hi, block): n += f.read(min(block, hi - at)).count(b"\n")
+    return n
+
+def _line_parts(path, unit_bytes: int, blank: bool = False, pool=None) -> list:
+    "[first byte, end byte, first line] of line-aligned parts of about `unit_bytes` (lines counted in `pool`)."
+    size, cuts, lo = os.path.getsize(path), [], 0
+    with open(path, "rb") as f:                 # the cuts: a seek and a line or paragraph end each
         while lo < size:
             f.seek(min(lo + unit_bytes, size) - 1)      # lands on a newline when the cut falls on a line end
             hi = min(_boundary(f, blank), size)
-            parts.append([lo, hi, line])
-            f.seek(lo)
-            for n in range(0, hi - lo, 1 << 24): line += f.read(min(1 << 24, hi - lo - n)).count(b"\n")
+            cuts.append((lo, hi))
             lo = hi
-    return parts
+    counts = (pool.map if pool else map)(lambda c: _count_lines(path, *c), cuts)     # the one full read
+    firsts = itertools.accumulate(counts, initial=1)
+    return [[lo, hi, line] for (lo, hi), line in zip(cuts, firsts)]
 
 def _parquet_parts(path, unit_bytes: int) -> list:
     "[first, end row group, first row] of parts of about `unit_bytes` of compressed column data."
@@ -330,12 +338,13 @@ def _parquet_parts(path, unit_bytes: int) -> list:
         row += rg.num_rows
     return parts
 
-def file_parts(path, unit_bytes: int, split: str = "") -> list:
+def file_parts(path, unit_bytes: int, split: str = "", pool=None) -> list:
     "Parts of a file for `read_documents(part=)` of about `unit_bytes` each; `[None]`: read it whole."
+    # pool: an executor whose threads count the lines of a file's parts side by side (None: one after another)
     p = str(path)
     if os.path.getsize(p) <= unit_bytes or p.endswith((".gz", ".zst")) or _is_warc(p): return [None]
     if p.endswith(".parquet"): return _parquet_parts(p, unit_bytes)
-    if p.endswith(".jsonl") or split: return _line_parts(p, unit_bytes, blank=split == "blank")
+    if p.endswith(".jsonl") or split: return _line_parts(p, unit_bytes, blank=split == "blank", pool=pool)
     return [None]
 
 # %% ../nbs/05_data.ipynb #9e32c978
