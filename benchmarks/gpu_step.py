@@ -9,12 +9,14 @@ Rows (all on one GPU, same config, same micro-batch, bf16):
   hf-compile  the same, with `torch.compile(model)`;
   megatron    megatron-core `GPTModel` with its local layer spec (no Transformer Engine), torch AdamW, bf16 autocast.
 Dropout, vocabulary padding (to a multiple of 128), tied embeddings, learned positions and GELU are the preset's in
-every row. Each row: `--warmup` untimed steps, then `--steps` timed steps (CUDA events; median reported), fresh random
-tokens every step; `torch.cuda.reset_peak_memory_stats` before building the model, `max_memory_allocated` after the
-timed steps. Model FLOPs per step come from `mtnlg.plan.flops_per_iteration` (Narayanan et al. 2021, three passes, no
-recompute: 72 B s L h^2 (1 + s/(6h)) + 6 B s h V with V the padded vocabulary), which every row shares. The bf16 peak
-is the median time of 8192^3 bf16 matmuls in the same run; each row is also given as a fraction of it. The project's
-row also shows the planner's predicted peak (`mtnlg.plan.memory_per_gpu(cfg)["peak_bytes"]`).
+every row. Each row runs in a process of its own (`--in-process`: all in this one): DeepSpeed's engine stays alive
+through its autograd hooks after its row, with its GPU memory. Each row: `--warmup` untimed steps, then `--steps`
+timed steps (CUDA events; median reported), fresh random tokens every step; `torch.cuda.reset_peak_memory_stats`
+before building the model, `max_memory_allocated` after the timed steps. Model FLOPs per step come from
+`mtnlg.plan.flops_per_iteration` (Narayanan et al. 2021, three passes, no recompute: 72 B s L h^2 (1 + s/(6h)) + 6 B
+s h V with V the padded vocabulary), which every row shares. The bf16 peak is the median time of 8192^3 bf16 matmuls
+in the same run; each row is also given as a fraction of it. The project's row also shows the planner's predicted
+peak (`mtnlg.plan.memory_per_gpu(cfg)["peak_bytes"]`).
 
 Run on a GPU machine (deepspeed and megatron-core installed; transformers for the HF rows):
     pip install --no-deps deepspeed==0.19.8 megatron-core==0.16.1 && pip install -e .
@@ -27,7 +29,8 @@ CPU smoke test (tiny model, wall-clock timing, no torch.compile unless --only na
 The Markdown table it prints (with date, device and versions) belongs in benchmarks/RESULTS.md. A row that fails
 (missing package, out of memory) is printed with its error and the others still run; the exit status is then 1.
 """
-import argparse, datetime, gc, logging, os, platform, statistics, sys, time, traceback
+import argparse, datetime, gc, json, logging, os, platform, statistics, subprocess, sys, tempfile, time, traceback
+from pathlib import Path
 from importlib import metadata
 
 ROWS = ("mtnlg", "hf-eager", "hf-compile", "megatron")
@@ -51,6 +54,9 @@ def parse_args(argv=None):
                     help="megatron row: 'selective' recomputes its materialized s x s attention in backward (Megatron's "
                          "memory saver; not counted in model FLOPs) when it does not fit otherwise")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke test with wall-clock timing")
+    ap.add_argument("--in-process", action="store_true", help="run every row in this process (default: each row in "
+                    "its own, as DeepSpeed's engine stays alive through its autograd hooks: 23.7 GiB at 1.3B, H200)")
+    ap.add_argument("--row-json", default=None, help=argparse.SUPPRESS)   # a row's child process: its result here
     a = ap.parse_args(argv)
     if a.steps < 1 or a.warmup < 0: ap.error("--steps must be >= 1 and --warmup >= 0")
     rows = a.only.split(",") if a.only else [r for r in ROWS if a.device == "cuda" or r != "hf-compile"]
@@ -252,6 +258,17 @@ def run_row(name, cfg, dev, a):
     return row
 
 
+def run_isolated(name, cfg, argv):
+    "Row `name` in a fresh process (the same flags, `--only name`): its row dict, or its error."
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--only" in argv: del argv[argv.index("--only"):argv.index("--only") + 2]
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "row.json"
+        p = subprocess.run([sys.executable, __file__, *argv, "--only", name, "--row-json", str(out)])
+        if not out.exists(): return dict(name=name, error=f"its process ended with status {p.returncode}")
+        return dict(json.loads(out.read_text()), cfg=cfg)
+
+
 def version(pkg):
     try: return metadata.version(pkg)
     except metadata.PackageNotFoundError: return "not installed"
@@ -271,12 +288,18 @@ def main(argv=None):
     from mtnlg.config import ConfigError
     try: cfg, cfgs = make_config(a), {r: make_config(a, variant(r)) for r in a.rows}   # all checked before any work
     except ConfigError as e: sys.exit(f"gpu_step: bad configuration: {e}")
+    if a.row_json:                                    # a child of run_isolated: one row, its result as JSON
+        row = run_row(a.rows[0], cfgs[a.rows[0]], dev, a)
+        row.pop("cfg", None)
+        Path(a.row_json).write_text(json.dumps(row))
+        return 0
     m, B = cfg.model, cfg.parallel.micro_batch
     flops = flops_per_iteration(cfg)                  # cfg.optim.global_batch == micro-batch: one step
     n, peak = matmul_peak(dev)
     kind = "bf16" if dev.type == "cuda" else "fp32"
     print(f"{kind} matmul {n}^3: {peak:.1f} TFLOP/s", flush=True)
-    rows = [run_row(r, cfgs[r], dev, a) for r in a.rows]
+    isolate = not a.in_process
+    rows = [run_isolated(r, cfgs[r], argv) if isolate else run_row(r, cfgs[r], dev, a) for r in a.rows]
 
     name = torch.cuda.get_device_name() if dev.type == "cuda" else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
     print(f"\n## One training step (`benchmarks/gpu_step.py`)\n\nCommand: `python {' '.join(sys.argv)}`. "
