@@ -89,10 +89,10 @@ def _lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
 # %% ../nbs/05b_curation.ipynb #98a37542
 def _units(run: CurationRun) -> list[list]:
     "[source index, file, part] of each unit in blend order: parts of files (`file_parts`), or a whole source."
-    whole, files = {}, []                         # a whole source at its index; (index, file) to cut
+    rows, files = {}, []                          # each source's units; (source index, file) to cut
     for i, s in enumerate(run.sources):
         p = Path(s.path)
-        if is_hf_folder(p) or s.max_docs: whole[i] = [i, str(p), None]; continue
+        if is_hf_folder(p) or s.max_docs: rows[i] = [[i, str(p), None]]; continue
         found = sorted(f for f in p.glob(s.glob) if f.is_file()) if p.is_dir() else [p]
         if not found:
             raise DataError(f"source {s.name}: no file of {p} matches glob {s.glob!r}; "
@@ -101,11 +101,9 @@ def _units(run: CurationRun) -> list[list]:
     n = min(32, os.cpu_count() or 1)              # files, and each file's parts, read side by side
     with ThreadPoolExecutor(n) as by_file, ThreadPoolExecutor(n) as by_part:
         cut = lambda x: file_parts(x[1], run.unit_bytes, run.sources[x[0]].split, by_part)
-        parts = dict(zip(files, by_file.map(cut, files)))
-    out = []
-    for i in range(len(run.sources)):
-        out += [whole[i]] if i in whole else [[i, str(f), p] for j, f in files if j == i for p in parts[j, f]]
-    return out
+        for (i, f), parts in zip(files, by_file.map(cut, files)):
+            rows.setdefault(i, []).extend([i, str(f), part] for part in parts)
+    return [row for i in range(len(run.sources)) for row in rows[i]]
 
 def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> CurationRun:
     "Check the run and its folder, then write run.json, the work units, the classifier and the eval n-grams."
