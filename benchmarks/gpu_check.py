@@ -19,10 +19,8 @@ what it finished; a failing check is recorded and the next one runs.
 
 On the lent GPU (torch is there; deepspeed, megatron-core and their needs travel as wheels):
     bash benchmarks/gpu_prepare.sh      # here: .whl/ (wheels for Python 3.12), .gpu/ (a tokenized corpus)
-    # the device call, carry [".whl", ".gpu"]:
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \\
-      PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --data .gpu/shakespeare \\
-      --out $OUT
+    # the device call, carry [".whl", ".gpu"], timeout 600 s (installs, runs this, copies the report to $OUT):
+    bash benchmarks/gpu_run.sh --budget 500
 CPU smoke test of every section (small sizes; minutes):
     OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu .venv/bin/python benchmarks/gpu_check.py --device cpu \\
       --data .gpu/shakespeare --out /tmp/gpu_check
