@@ -81,6 +81,8 @@ class ParallelConfig:
     zero_stage: int = 1             # ZeRO stage over DP (0 or 1 with pipelines)
     partition_method: str = "type:Block" # DeepSpeed partition: "parameters", "uniform", "type:Block" or explicit "0,3,5"
     gpus_per_node: int = 8          # GPUs (or processes) per node; tp must not exceed it on GPU clusters
+    grad_reduce_dtype: str = "fp32" # bf16 runs' data-parallel gradient all-reduce: fp32 (Megatron's rule for bf16)
+                                    # or bf16 (DeepSpeed's default: half the bytes, each gradient rounded to bf16)
 
     @property
     def world_size(self): return self.tp * self.pp * self.dp
@@ -91,6 +93,8 @@ class ParallelConfig:
             _require(getattr(self, f) > 0, f"parallel.{f}", f"must be > 0, got {getattr(self, f)}")
         _require(self.checkpoint_activations >= 0, "parallel.checkpoint_activations", "must be >= 0 (0 turns it off)")
         _require(self.zero_stage in (0, 1, 2, 3), "parallel.zero_stage", f"must be 0-3, got {self.zero_stage}")
+        _require(self.grad_reduce_dtype in ("fp32", "bf16"), "parallel.grad_reduce_dtype",
+                 f"must be fp32 or bf16, got {self.grad_reduce_dtype!r}")
         _require(self.pp == 1 or self.zero_stage <= 1, "parallel.zero_stage",
                  f"DeepSpeed pipelines support ZeRO 0 or 1, got {self.zero_stage} with pp={self.pp}")
         return self

@@ -80,6 +80,7 @@ def deepspeed_config(cfg: RunConfig, grad_accum: int | None = None) -> dict:
          "zero_optimization": {"stage": p.zero_stage}, "bf16": {"enabled": bf16}, "fp16": {"enabled": False},
          "gradient_clipping": o.grad_clip, "zero_allow_untested_optimizer": True}
     if bf16 and p.zero_stage == 1: d["data_types"] = {"grad_accum_dtype": "fp32"}   # DeepSpeed's BF16_Optimizer
+    if bf16: d["communication_data_type"] = p.grad_reduce_dtype     # DeepSpeed's default in bf16 runs: bf16
     return d
 
 def param_groups(module, weight_decay: float):

@@ -300,6 +300,7 @@ def predict_time(cfg: RunConfig, cluster: Cluster, compute_fraction: float | Non
     dp_bw = cluster.inter_node_gbps if _spans_nodes(dp_ranks, gpn) else cluster.intra_node_gbps
     grad_bytes = (bytes_per_parameter(cfg.precision)["grads_fp32"]
                   or bytes_per_parameter(cfg.precision)["grads"])
+    if cfg.precision == "bf16" and p.grad_reduce_dtype == "bf16": grad_bytes = 2   # all-reduced in bf16
     t_dp = _ring_allreduce(grad_bytes * pg, dp, dp_bw)
     if p.zero_stage >= 1 and dp > 1:
         t_dp += (dp - 1) / dp * bytes_per_parameter(cfg.precision)["weights"] * pg / (dp_bw * 1e9)

@@ -31,6 +31,10 @@ PLAN = [
      ("t1p1d1_ckpt", 7, 1, {"checkpoint_activations": 2}, "ref")],
     [("bf16_t2p2d1_z0", 0, 4, {"tp": 2, "pp": 2, "precision": "bf16", "zero": 0}, "ref"),
      ("bf16_t1p2d2_z1", 4, 4, {"pp": 2, "dp": 2, "precision": "bf16", "zero": 1}, "ref")],
+    [("bf16_t1p1d2_z1", 0, 2, {"dp": 2, "precision": "bf16", "zero": 1}, "ref"),       # gradients all-reduced in fp32
+     ("bf16_t1p1d2_z1_bf16_reduce", 2, 2, {"dp": 2, "precision": "bf16", "zero": 1,
+                                           "parallel.grad_reduce_dtype": "bf16"}, "ref"),    # DeepSpeed's default
+     ("bf16_t1p1d1_z1", 4, 1, {"precision": "bf16", "zero": 1}, "ref")],
 ]
 JOBS = {j[0]: j for phase in PLAN for j in phase}
 
@@ -74,6 +78,17 @@ def test_bf16_within_tolerance(results, name):
     for l, rl, g, rg in zip(got["loss"], ref["loss"], got["gnorm"], ref["gnorm"]):
         assert _rel(l, rl) < BF16_LOSS_RTOL and _rel(g, rg) < BF16_NORM_RTOL, (name, l, rl, g, rg)
     assert len(got["loss"]) == 5
+
+
+@pytest.mark.slow
+def test_bf16_data_parallel_gradients_are_reduced_in_fp32(results):
+    "bf16 at DP2 gives DP1's gradient norms to fp32 rounding (all-reduce in fp32, Megatron's rule for bf16)."
+    one, fp32, bf16 = (results[n]["gnorm"] for n in ("bf16_t1p1d1_z1", "bf16_t1p1d2_z1", "bf16_t1p1d2_z1_bf16_reduce"))
+    in_fp32, in_bf16 = (max(_rel(a, b) for a, b in zip(x, one)) for x in (fp32, bf16))
+    print(f"\nDP2 vs DP1 gradient norms, max relative difference: fp32 all-reduce {in_fp32:.1e}, bf16 {in_bf16:.1e}")
+    assert in_fp32 < 1e-6, (fp32, one)
+    # control: the same run all-reducing in bf16 (DeepSpeed's default) rounds every gradient to bf16 first
+    assert in_bf16 > 1e-4, (bf16, one)
 
 
 @pytest.mark.slow
