@@ -97,10 +97,10 @@ def correctness(a, rep: Report, work: Path):
     "The five checks of the docstring, side by side (nothing here is timed); runs of one name are made once."
     rep.md("\n### Correctness (`mtnlg train`, one process)\n\n| check | result | detail |\n|---|---|---|")
     pool, made, made_lock = cf.ThreadPoolExecutor(a.parallel_runs), {}, threading.Lock()
-    def train(a, run: Path, *flags, **kw):
+    def once(a, run: Path, *flags, **kw):
         "The losses of run `run.name`, trained once in the pool whichever check asks first."
         with made_lock:
-            if run.name not in made: made[run.name] = pool.submit(globals()["train"], a, run, *flags, **kw)
+            if run.name not in made: made[run.name] = pool.submit(train, a, run, *flags, **kw)
             fut = made[run.name]
         return fut.result()
     def check(name, fn):
@@ -114,29 +114,29 @@ def correctness(a, rep: Report, work: Path):
             rep.record("correctness", name, False, error=f"{type(e).__name__}: {e}"[:300])
     bf16 = [*TINY, "--precision", "bf16", *DROPOUT]
     def tiny_repeat():
-        x, y = train(a, work / "tiny_a", *bf16), train(a, work / "tiny_b", *bf16)
+        x, y = once(a, work / "tiny_a", *bf16), once(a, work / "tiny_b", *bf16)
         return falling(x) and x == y, dict(losses=[round(v, 4) for v in x], bit_equal=x == y)
     def big():
         flags = ["--preset", "gpt3-1.3b", "--steps", "10", "--global-batch", "4", "--micro-batch", "4",
                  "--precision", "bf16", "--no-progress", "--set", "eval_interval=0", "--set", "save_interval=0",
                  "--set", "optim.warmup_tokens=16384", "--set", "optim.rampup_batch_start=0"]
         if a.device == "cpu": flags += ["--layers", "2", "--hidden", "128", "--heads", "4", "--seq", "128"]
-        x = train(a, work / "big", *flags)
+        x = once(a, work / "big", *flags)
         return falling(x), dict(losses=[round(v, 4) for v in x])
     def gpu_vs_cpu():
         flags = [*TINY, "--precision", "fp32"]
-        x, y = train(a, work / "fp32_dev", *flags), train(a, work / "fp32_cpu", *flags, cpu=True)
+        x, y = once(a, work / "fp32_dev", *flags), once(a, work / "fp32_cpu", *flags, cpu=True)
         worst = max(abs(p - q) for p, q in zip(x, y))
         return len(x) == len(y) and worst <= 1e-4, dict(max_abs_diff=f"{worst:.2e}")
     def resume():
-        whole = train(a, work / "tiny_a", *bf16)
+        whole = once(a, work / "tiny_a", *bf16)
         run = work / "resumed"
-        train(a, run, *[f if f != "10" else "5" for f in bf16])           # --steps 5, checkpoint at 5
-        again = globals()["train"](a, run, "--steps", "10", "--no-progress", resume=True)   # the run's own settings
+        once(a, run, *[f if f != "10" else "5" for f in bf16])           # --steps 5, checkpoint at 5
+        again = train(a, run, "--steps", "10", "--no-progress", resume=True)   # the run's own settings
         return again[5:] == whole[5:], dict(after_resume=[round(v, 4) for v in again[5:]])
     def compiled():
         flags = [*TINY, "--precision", "bf16"]
-        x, y = train(a, work / "eager", *flags), train(a, work / "compiled", *flags, "--set", "compile=true")
+        x, y = once(a, work / "eager", *flags), once(a, work / "compiled", *flags, "--set", "compile=true")
         worst = max(abs(p - q) / abs(p) for p, q in zip(x, y))
         return worst <= 2e-2, dict(max_rel_diff=f"{worst:.2e}")
     checks = []

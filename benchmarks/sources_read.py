@@ -12,8 +12,8 @@ sys.path.insert(0, str(ROOT))
 from mtnlg.data import Source, decode_page, file_parts, read_documents   # noqa: E402
 
 
-def plan_parts(tmp: Path, mb: int) -> dict:
-    "MB/s of `file_parts` on an uncompressed jsonl file of `mb` MB; its lines counted by 1 and 8 threads, warm and cold."
+def plan_parts(tmp: Path, mb: int, cold: bool = False) -> dict:
+    "MB/s of `file_parts` on a jsonl file of `mb` MB; lines counted by 1 and 8 threads, warm (and `cold`: caches dropped)."
     words = (ROOT / "tests/data/corpus/gutenberg/austen-emma.txt").read_text().split()
     lines = [json.dumps({"text": " ".join(words[i:i + 150])}) + "\n" for i in range(0, len(words) - 150, 150)]
     block = "".join(lines).encode()
@@ -27,14 +27,13 @@ def plan_parts(tmp: Path, mb: int) -> dict:
     dt = time.perf_counter() - t0
     out = {"file_MB": round(size / 1e6, 1), "parts": len(parts), "seconds": round(dt, 3),
            "MB_per_s": round(size / 1e6 / dt, 1)}
-    for cold in (False, True):                  # one thread vs 8 (the lines of parts counted side by side)
-        if cold and not os.access("/proc/sys/vm/drop_caches", os.W_OK): continue
+    for drop in (False, True) if cold else (False,):     # one thread vs 8 (the lines of parts counted side by side)
         for threads in (1, 8):
-            if cold: os.system("sync; echo 3 > /proc/sys/vm/drop_caches")    # the disk's reads, not the cache's
+            if drop: os.system("sync; echo 3 > /proc/sys/vm/drop_caches")    # the disk's reads, not the cache's
             else: os.system(f"cat {p} > /dev/null")
             t0 = time.perf_counter()
             with ThreadPoolExecutor(threads) as pool: assert file_parts(str(p), 16 << 20, pool=pool) == parts
-            out[f"{'cold' if cold else 'warm'}_{threads}_threads_s"] = round(time.perf_counter() - t0, 3)
+            out[f"{'cold' if drop else 'warm'}_{threads}_threads_s"] = round(time.perf_counter() - t0, 3)
     p.unlink()
     return out
 
@@ -91,10 +90,14 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--pages", type=int, default=300)
+    ap.add_argument("--cold", action="store_true", help="also time with the page cache dropped before each run "
+                    "(root: drops the whole machine's cache)")
     a = ap.parse_args()
+    if a.cold and not os.access("/proc/sys/vm/drop_caches", os.W_OK):
+        sys.exit("sources_read: --cold needs write access to /proc/sys/vm/drop_caches (root); run without it")
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
-        res = {"file_parts": plan_parts(d, a.mb)}
+        res = {"file_parts": plan_parts(d, a.mb, a.cold)}
         p, nbytes = warc_pages(d, a.pages)
         res["warc"] = read_warc(p, nbytes)
     print(json.dumps(res, indent=1))
