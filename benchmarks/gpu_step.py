@@ -4,6 +4,8 @@ Rows (all on one GPU, same config, same micro-batch, bf16):
   mtnlg       this project's step as users run it: `mtnlg.model` + `mtnlg.pipeline.build_pipeline` (megatron-core
               TP layers inside a DeepSpeed PipelineModule, TP=PP=DP=1) + `build_engine` (DeepSpeed bf16 weights with
               fp32 master weights, ZeRO stage 1, AdamW, clipping) and `engine.train_batch`;
+  mtnlg-ds    the same with DeepSpeed's own bf16 gradient path (`mtnlg.patches.lean_bf16_grads` undone: a cast
+              copy and an add per gradient tensor, a flatten and copy back around the all-reduce): its control;
   hf-eager    Hugging Face `GPT2LMHeadModel` of the same size (fp32 weights, bf16 autocast, SDPA attention, fused
               torch AdamW, clipping);
   hf-compile  the same, with `torch.compile(model)`;
@@ -33,7 +35,7 @@ import argparse, datetime, gc, json, logging, os, platform, statistics, subproce
 from pathlib import Path
 from importlib import metadata
 
-ROWS = ("mtnlg", "hf-eager", "hf-compile", "megatron")
+ROWS = ("mtnlg", "mtnlg-ds", "hf-eager", "hf-compile", "megatron")
 torch = None  # imported in main(), after --device cpu has hidden the GPUs
 
 
@@ -144,8 +146,9 @@ def torch_step(model_loss, model, opt, cfg, dev, autocast_backward=False):
     return step
 
 
-def run_mtnlg(cfg, dev, a):
-    "This project's engine, exactly as mtnlg.train builds it (1 process: TP=PP=DP=1)."
+def run_mtnlg(cfg, dev, a, deepspeed_grads=False):
+    "This project's engine, exactly as mtnlg.train builds it (1 process: TP=PP=DP=1); or with DeepSpeed's grad path."
+    from mtnlg import patches
     from mtnlg.topology import init_distributed, shutdown
     from mtnlg.model import init_parameters
     from mtnlg.pipeline import build_pipeline, build_engine
@@ -154,6 +157,7 @@ def run_mtnlg(cfg, dev, a):
     try:
         module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed)
         engine = build_engine(cfg, topo, module, grad_accum=1)
+        if deepspeed_grads: patches.lean_bf16_grads(engine, on=False)
         step = lambda t, l: engine.train_batch(iter([(t, l)]))
         out = time_steps(step, lambda: random_batch(cfg, dev), a.steps, a.warmup) + (n_params(module),)
         if a.profile: profile(step, lambda: random_batch(cfg, dev), dev)
@@ -241,6 +245,7 @@ def run_row(name, cfg, dev, a):
         base = torch.cuda.memory_allocated()              # not 0 only if an earlier row leaked
         if base > 2 ** 28: print(f"[{name}] note: {base / 2 ** 30:.2f} GiB left allocated by earlier rows (subtracted)")
     fn = dict(mtnlg=run_mtnlg, **{name: run_mtnlg} if name.startswith("mtnlg+") else {}, megatron=run_megatron, **{"hf-eager": run_hf,
+              "mtnlg-ds": lambda c, d, a: run_mtnlg(c, d, a, deepspeed_grads=True),
               "hf-compile": lambda c, d, a: run_hf(c, d, a, compile=True)})[name]
     print(f"[{name}] building and timing ...", flush=True)
     row = dict(name=name)
@@ -248,8 +253,12 @@ def run_row(name, cfg, dev, a):
         times, loss, params = fn(cfg, dev, a)
         row.update(ms=1e3 * statistics.median(times), loss=float(loss), params=params, cfg=cfg)
         if dev.type == "cuda": row["mem"] = torch.cuda.max_memory_allocated() - base
+        mem = f"; peak memory {row['mem'] / 2 ** 30:.2f} GiB" if "mem" in row else ""   # shown now: a run cut off
+        if name.startswith("mtnlg"):                                                     # before the table keeps it
+            from mtnlg.plan import memory_per_gpu
+            mem += f" (planner {memory_per_gpu(cfg)['peak_bytes'] / 2 ** 30:.2f})"
         print(f"[{name}] median {row['ms']:.1f} ms (min {1e3 * min(times):.1f}, max {1e3 * max(times):.1f}) over "
-              f"{len(times)} steps; loss {row['loss']:.3f}", flush=True)
+              f"{len(times)} steps; loss {row['loss']:.3f}{mem}", flush=True)
     except Exception as e:
         traceback.print_exc()
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:160]

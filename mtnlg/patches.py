@@ -11,10 +11,10 @@ from importlib.metadata import version as installed_version
 
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
-           'route_fp32_clipping', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu',
-           'cpu_has_bf16_gemm', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
-           'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location',
-           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'route_fp32_clipping', 'lean_bf16_grads', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build',
+           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'rank_zero_without_group', 'compile_on_first_call',
+           'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info',
+           'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -121,6 +121,46 @@ def route_fp32_clipping(engine, norm_fn):
             if p.grad is not None: p.grad.mul_(coef.to(p.grad.dtype))
     engine._take_model_step = types.MethodType(take_model_step, engine)
     engine.clip_fp32_gradients = types.MethodType(clip_fp32_gradients, engine)
+
+# %% ../nbs/00b_patches.ipynb #f4ac6532
+@_registered("deepspeed", "0.19.8",
+             ["deepspeed.runtime.bf16_optimizer:BF16_Optimizer._update_hp_grad",
+              "deepspeed.runtime.pipe.engine:PipelineEngine._bf16_reduce_grads",
+              "deepspeed.runtime.engine:MEMORY_OPT_ALLREDUCE_SIZE"],
+             "bf16 gradients into the fp32 buffers (fp32_groups_gradients) without a cast copy per tensor, and the "
+             "data-parallel all-reduce in place on those buffers; DeepSpeed flattens and copies them back, also at "
+             "DP=1 (no option for either)")
+def lean_bf16_grads(engine, on: bool = True):
+    "Each bf16 gradient moved once into its fp32 buffer and all-reduced there (`on=False`: DeepSpeed's own way)."
+    import types
+    import deepspeed.comm as dist
+    from deepspeed.runtime.engine import MEMORY_OPT_ALLREDUCE_SIZE
+    opt = engine.optimizer
+    if not on:
+        opt.__dict__.pop("_update_hp_grad", None)
+        engine.__dict__.pop("_bf16_reduce_grads", None)
+        return
+    if opt.autoep_folding_tp_group is not None:                 # DeepSpeed's expert-parallel folding: not here
+        raise ValueError("lean_bf16_grads: expert-parallel gradient folding is not supported; build without it")
+    def update_hp_grad(self, lp, group_idx, param_idx, clear_lp_grads):
+        if lp.grad is None: return
+        hp_grad = self.fp32_groups_gradients[group_idx][param_idx]
+        grad = lp.grad.view(hp_grad.shape)
+        if self.fp32_groups_has_gradients[group_idx][param_idx]: hp_grad.add_(grad)   # bf16 into fp32: one kernel
+        else: hp_grad.copy_(grad)                     # the slice is zero until its first gradient: the same sum
+        lp._hp_grad = hp_grad
+        self.fp32_groups_has_gradients[group_idx][param_idx] = True
+        lp.grad = None                                # kept, it would be zeroed and added to by the next backward
+    def reduce_grads(self):
+        group = self.mpu.get_data_parallel_group()
+        world = dist.get_world_size(group)
+        if world == 1: return                         # one replica: nothing to sum or average
+        for flat in self.optimizer.get_grads_for_reduction()[0]:
+            for start in range(0, flat.numel(), MEMORY_OPT_ALLREDUCE_SIZE):
+                piece = flat.narrow(0, start, min(MEMORY_OPT_ALLREDUCE_SIZE, flat.numel() - start))
+                self.allreduce_bucket([piece], group, world)    # a one-tensor flatten is a view: reduced in place
+    opt._update_hp_grad = types.MethodType(update_hp_grad, opt)
+    engine._bf16_reduce_grads = types.MethodType(reduce_grads, engine)
 
 # %% ../nbs/00b_patches.ipynb #9fb3d504
 _DS_GROUPS = ["mpu", "_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",

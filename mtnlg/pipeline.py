@@ -115,6 +115,7 @@ def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None 
                                                optimizer=adamw(module, cfg), lr_scheduler=lr_scheduler)
     if not (engine.bfloat16_enabled() or engine.fp16_enabled() or engine.zero_optimization()):
         patches.route_fp32_clipping(engine, lambda module: global_grad_norm(module, topo))
+    if getattr(engine, "using_bf16_optimizer", False): patches.lean_bf16_grads(engine)   # each gradient moved once
     return engine
 
 # %% ../nbs/04_pipeline.ipynb #c4a5f63d

@@ -17,12 +17,22 @@ BATCH, NEW = 2, 12
 SAMPLE = dict(do_sample=True, temperature=0.9, top_k=40, top_p=0.95, seed=7)
 
 
+HOLD = 0.01       # seconds each forward of a stage is held (Busy)
+
+
 class Busy:
     "Start and end times of every step of this rank's blocks (a pre-hook on the first, a hook on the last)."
+    # Each one holds its stage HOLD seconds longer (a sleep: no CPU), so stages in flight together overlap in time
+    # however busy the machine's cores are (on 2 cores beside other tests, millisecond forwards could take turns);
+    # with one batch in flight the schedule still keeps them apart (the tests' control).
     def __init__(self, blocks):
         self.spans, self._t0 = [], None
         blocks[0].register_forward_pre_hook(lambda m, a: setattr(self, "_t0", time.perf_counter()))
-        blocks[-1].register_forward_hook(lambda m, a, o: self.spans.append((self._t0, time.perf_counter())))
+        blocks[-1].register_forward_hook(lambda m, a, o: self._end())
+
+    def _end(self):
+        time.sleep(HOLD)
+        self.spans.append((self._t0, time.perf_counter()))
 
 
 def gathered(x) -> list:

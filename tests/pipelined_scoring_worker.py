@@ -40,12 +40,22 @@ def engine_and_topo(pp: int):
     return engine, topo, cfg
 
 
+HOLD = 0.01       # seconds each forward of a stage is held (Busy)
+
+
 class Busy:
     "Start and end times of every forward of this rank's stage (torch forward hooks)."
+    # Each one holds its stage HOLD seconds longer (a sleep: no CPU), so stages in flight together overlap in time
+    # however busy the machine's cores are (on 2 cores beside other tests, millisecond forwards could take turns);
+    # with one batch in flight the schedule still keeps them apart (the tests' control).
     def __init__(self, module):
         self.spans, self._t0 = [], None
         module.register_forward_pre_hook(lambda m, a: setattr(self, "_t0", time.perf_counter()))
-        module.register_forward_hook(lambda m, a, o: self.spans.append((self._t0, time.perf_counter())))
+        module.register_forward_hook(lambda m, a, o: self._end())
+
+    def _end(self):
+        time.sleep(HOLD)
+        self.spans.append((self._t0, time.perf_counter()))
 
 
 def score_led(engine, topo, reqs, busy, **kw) -> tuple:
