@@ -89,7 +89,8 @@ class Attention(nn.Module):
         from megatron.core import tensor_parallel as tpl
         B, S, _ = x.shape
         qkv, _ = self.qkv(x)
-        q, k, v = qkv.view(B, S, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each [B, heads, S, hd]
+        # each [B, heads, S, hd], a view; backward stacks their gradients straight into qkv's layout (no copy after)
+        q, k, v = (t.transpose(1, 2) for t in qkv.view(B, S, 3, self.heads, self.head_dim).unbind(2))
         p = self.p if self.training else 0.0
         if kv is not None:                               # decoding: this rank's heads' cache, an explicit mask
             k, v, mask = kv(k, v)
