@@ -248,17 +248,18 @@ def run_row(name, cfg, dev, a):
               "mtnlg-ds": lambda c, d, a: run_mtnlg(c, d, a, deepspeed_grads=True),
               "hf-compile": lambda c, d, a: run_hf(c, d, a, compile=True)})[name]
     print(f"[{name}] building and timing ...", flush=True)
-    row = dict(name=name)
+    row, t0 = dict(name=name), time.time()
     try:
         times, loss, params = fn(cfg, dev, a)
         row.update(ms=1e3 * statistics.median(times), loss=float(loss), params=params, cfg=cfg)
         if dev.type == "cuda": row["mem"] = torch.cuda.max_memory_allocated() - base
-        mem = f"; peak memory {row['mem'] / 2 ** 30:.2f} GiB" if "mem" in row else ""   # shown now: a run cut off
-        if name.startswith("mtnlg"):                                                     # before the table keeps it
+        # memory shown now too: a run cut off before the final table still has it
+        mem = f"; peak memory {row['mem'] / 2 ** 30:.2f} GiB" if "mem" in row else ""
+        if name.startswith("mtnlg"):
             from mtnlg.plan import memory_per_gpu
             mem += f" (planner {memory_per_gpu(cfg)['peak_bytes'] / 2 ** 30:.2f})"
         print(f"[{name}] median {row['ms']:.1f} ms (min {1e3 * min(times):.1f}, max {1e3 * max(times):.1f}) over "
-              f"{len(times)} steps; loss {row['loss']:.3f}{mem}", flush=True)
+              f"{len(times)} steps; loss {row['loss']:.3f}{mem}; {time.time() - t0:.0f} s with building", flush=True)
     except Exception as e:
         traceback.print_exc()
         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
