@@ -11,9 +11,9 @@ what it finished; a failing check is recorded and the next one runs.
                - tiny fp32, dropout 0, on the GPU and on the CPU: losses within 1e-4;
                - tiny bf16 with dropout stopped at step 5 and resumed: steps 6-10 equal the uninterrupted run's;
                - tiny bf16 with `compile` on and off: losses within 2e-2 (relative).
-  speed        benchmarks/gpu_step.py at micro-batch 8, then 4: this project's step, HF eager, HF + torch.compile,
-               megatron-core's GPT (CUDA events, median), the matmul peak in the same run, peak memory and the
-               planner's prediction.
+  speed        benchmarks/gpu_step.py at micro-batch 8, then 4: this project's step (and with DeepSpeed's own bf16
+               gradient path, its control), HF eager, HF + torch.compile, megatron-core's GPT (CUDA events,
+               median), the matmul peak in the same run, peak memory and the planner's prediction.
   scale        the largest gpt3-shaped model the planner fits on this GPU (activation checkpointing,
                micro-batch 1): a few steps of this project's step, its TFLOP/s, measured and predicted peak memory.
 
