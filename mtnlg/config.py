@@ -78,7 +78,7 @@ class ParallelConfig:
     dp: int = 1                     # data-parallel replicas
     micro_batch: int = 2            # sequences per GPU per micro-step
     checkpoint_activations: int = 0 # activation checkpoint interval in layers (0: off)
-    zero_stage: int = 1             # ZeRO stage over DP (0 or 1 with pipelines)
+    zero_stage: int = 1             # ZeRO stage over DP: 0 or 1 (DeepSpeed's pipeline engine, also at pp=1)
     partition_method: str = "type:Block" # DeepSpeed partition: "parameters", "uniform", "type:Block" or explicit "0,3,5"
     gpus_per_node: int = 8          # GPUs (or processes) per node; tp must not exceed it on GPU clusters
     grad_reduce_dtype: str = "fp32" # bf16 runs' data-parallel gradient all-reduce: fp32 (Megatron's rule for bf16)
@@ -92,11 +92,11 @@ class ParallelConfig:
         for f in ("tp", "pp", "dp", "micro_batch", "gpus_per_node"):
             _require(getattr(self, f) > 0, f"parallel.{f}", f"must be > 0, got {getattr(self, f)}")
         _require(self.checkpoint_activations >= 0, "parallel.checkpoint_activations", "must be >= 0 (0 turns it off)")
-        _require(self.zero_stage in (0, 1, 2, 3), "parallel.zero_stage", f"must be 0-3, got {self.zero_stage}")
+        _require(self.zero_stage in (0, 1), "parallel.zero_stage", f"must be 0 or 1, got {self.zero_stage}: "
+                 "training always runs DeepSpeed's pipeline engine (also at pp=1), which supports ZeRO 0 and 1 only "
+                 "(ZeRO-1 partitions the optimizer states over data parallelism, as the paper's 530B run does)")
         _require(self.grad_reduce_dtype in ("fp32", "bf16"), "parallel.grad_reduce_dtype",
                  f"must be fp32 or bf16, got {self.grad_reduce_dtype!r}")
-        _require(self.pp == 1 or self.zero_stage <= 1, "parallel.zero_stage",
-                 f"DeepSpeed pipelines support ZeRO 0 or 1, got {self.zero_stage} with pp={self.pp}")
         return self
 
 # %% ../nbs/00_config.ipynb #c1108a2c
