@@ -157,7 +157,7 @@ class QualityFilter(CurationStep):
                 if s in only:
                     score = float(clf.score([d.text])[0])
                     alpha = r.quality_pareto_alpha
-                    keep = pareto_keep(score, alpha, r.seed, d.id) if alpha else score >= r.quality_threshold
+                    keep = pareto_keep(score, alpha, r.seed, d.text) if alpha else score >= r.quality_threshold
                     self.count(s, scored=1, **({} if keep else {"low_quality": 1}))
                 self.count(s, docs_in=1, bytes_in=b, **({"docs_out": 1, "bytes_out": b} if keep else {}))
             if keep: yield d

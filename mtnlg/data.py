@@ -445,9 +445,9 @@ class QualityClassifier:
         "Probability of 'high quality' for each text."
         return self.clf.predict_proba(self._x(texts))[:, 1]
 
-def pareto_keep(score: float, alpha: float, seed: int, doc_id: str) -> bool:
-    "GPT-3's rule `np.random.pareto(alpha) > 1 - score`, the draw seeded by (`seed`, `doc_id`) alone."
-    h = int.from_bytes(hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest(), "little")
+def pareto_keep(score: float, alpha: float, seed: int, text: str) -> bool:
+    "GPT-3's rule `np.random.pareto(alpha) > 1 - score`, the draw seeded by (`seed`, the document's `text`) alone."
+    h = int.from_bytes(hashlib.blake2b(f"{seed}\0{text}".encode(), digest_size=8).digest(), "little")
     return bool(np.random.default_rng([seed, h]).pareto(alpha) > 1 - score)
 
 def pareto_keep_probability(scores, alpha: float) -> np.ndarray:
@@ -461,7 +461,7 @@ def quality_filter(docs: Iterable[dict], stats: dict, clf: QualityClassifier, th
     for d in docs:
         if only is not None and d["source"] not in only: yield d; continue
         s = float(clf.score([d["text"]])[0]); st = stats[d["source"]]; st["scored"] += 1
-        keep = pareto_keep(s, pareto_alpha, seed, d["id"]) if pareto_alpha else s >= threshold
+        keep = pareto_keep(s, pareto_alpha, seed, d["text"]) if pareto_alpha else s >= threshold
         if not keep: st["low_quality"] += 1; continue
         yield {**d, "quality": round(s, 4)}
 

@@ -91,7 +91,7 @@ def test_quality_classifier_on_held_out_pages(split):
 
 
 def test_pareto_rule_keeps_the_expected_fraction(split):
-    "GPT-3's rule: P(keep) = P(pareto(alpha) > 1 - s) = (2 - s)^-alpha; the draws are seeded per document id."
+    "GPT-3's rule: P(keep) = P(pareto(alpha) > 1 - s) = (2 - s)^-alpha; the draws are seeded per document text."
     good, web, high, low = split
     qc = D.QualityClassifier().fit(good, web)
     pages = [t for v in (*high.values(), *low.values()) for t in v]
