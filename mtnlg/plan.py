@@ -352,8 +352,7 @@ def check_layout(cfg: RunConfig, cluster: Cluster) -> list[str]:
     if o.global_batch % (p.micro_batch * p.dp):
         raise PlanError(f"global batch {o.global_batch} is not divisible by micro_batch x dp = "
                         f"{p.micro_batch} x {p.dp}; change the batch, the micro-batch or the node count")
-    if p.pp > 1 and p.zero_stage > 1:
-        raise PlanError(f"zero_stage={p.zero_stage} with pp={p.pp}: DeepSpeed pipelines support ZeRO 0 or 1")
+    p.validate()                                  # the layout's own rules (ZeRO 0 or 1, ...), as the config states them
     warn = []
     if m.num_layers % p.pp:
         warn.append(f"{m.num_layers} layers over {p.pp} stages are unbalanced "

@@ -33,6 +33,16 @@ def test_zero_and_tp_slicing():
     total = sum(P.stage_params(c)) * 8
     assert 0 < total - P.param_counts(c.model, 8)["total"] < 0.01 * total
 
+
+def test_check_layout_refuses_what_the_engine_cannot_run():
+    "A layout the config refuses (ZeRO 2 at any pp: training always runs DeepSpeed's pipeline engine) is refused here too."
+    cluster = P.get_cluster("dgx-a100-80gb", nodes=1)
+    for pp in (1, 2):
+        c = P.with_layout(load_config("gpt3-1.3b"), 1, pp, 8 // pp)
+        assert isinstance(P.check_layout(c, cluster), list)              # control: the same layout at ZeRO 1 passes
+        bad = replace(c, parallel=replace(c.parallel, zero_stage=2))     # built around the config's own checks
+        with pytest.raises(P.ConfigError, match="parallel.zero_stage: must be 0 or 1"): P.check_layout(bad, cluster)
+
 def test_calibration_round_trip_and_ranking():
     cl = P.get_cluster(nodes=280)
     eta = P.calibrate(BIG, cl, 60.1)
