@@ -140,8 +140,9 @@ def lean_bf16_grads(engine, on: bool = True):
         opt.__dict__.pop("_update_hp_grad", None)
         engine.__dict__.pop("_bf16_reduce_grads", None)
         return
-    if opt.autoep_folding_tp_group is not None:                 # DeepSpeed's expert-parallel folding: not here
-        raise ValueError("lean_bf16_grads: expert-parallel gradient folding is not supported; build without it")
+    if engine.has_moe_layers or opt.autoep_folding_tp_group is not None:   # expert gradients: DeepSpeed's own way
+        raise ValueError("lean_bf16_grads: mixture-of-experts gradients (expert groups, folding) are not handled; "
+                         "call it with on=False for such an engine")
     def update_hp_grad(self, lp, group_idx, param_idx, clear_lp_grads):
         if lp.grad is None: return
         hp_grad = self.fp32_groups_gradients[group_idx][param_idx]
