@@ -17,9 +17,10 @@ env: $(STAMP)
 $(STAMP): environments/cpu.txt setup.py settings.ini
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "== installing the pinned CPU environment into $(VENV) (first time: a few minutes)"
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -r environments/cpu.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@# -qq: errors only (a pip configured with absent local indexes warns once per package, burying the test log)
+	$(PY) -m pip install -qq --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -r environments/cpu.txt
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name mtnlg --display-name "Python (mtnlg)" >/dev/null
 	@$(PY) -c "import torch, deepspeed, megatron.core, nbdev; print('== torch', torch.__version__, '| deepspeed', deepspeed.__version__, '| megatron-core', megatron.core.__version__, '| nbdev', nbdev.__version__)"
 	@touch $(STAMP)
@@ -52,7 +53,7 @@ check-clean: $(STAMP)
 
 # (3) tests/ and every notebook in nbs/ (through nbdev's runner, so `#| eval: false` is honoured)
 pytest: $(STAMP)
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --tb=short $(PYTEST_ARGS)
 
 export: $(STAMP)
 	$(VENV)/bin/nbdev_export && $(VENV)/bin/nbdev_clean

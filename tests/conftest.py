@@ -56,14 +56,47 @@ def slurm_cluster(tmp_path_factory):
     cluster.stop()
 
 
+# What `make test` writes at most under its temp root (measured: benchmarks/RESULTS.md, "Suite time"); checked first
+SUITE_DISK_GB = 4.0
+STALE_ROOT_HOURS = 3      # another session's root older than this has ended (a full run takes under an hour)
+
 def pytest_configure(config):
     "The `slow` marker; each session its own temp root (pytest prunes all but the 3 newest, a running one's too)."
     config.addinivalue_line("markers", "slow: multi-process launches, notebooks, the demo, the docs site, the wheel "
                                        "(`make test` runs them; `make test-fast` leaves them out)")
     if not config.option.basetemp:
         import tempfile
+        _prune_stale_roots(Path(tempfile.gettempdir()))
         config.option.basetemp = tempfile.mkdtemp(prefix="mtnlg-pytest-")
         config._mtnlg_own_basetemp = True
+        # what tests and their processes make in the temp dir lies in the session's root too (and goes with it)
+        os.environ["TMPDIR"] = str(Path(config.option.basetemp) / "tmp")
+        os.mkdir(os.environ["TMPDIR"])
+        tempfile.tempdir = None
+        if config.getoption("numprocesses", None): _check_free_disk(Path(config.option.basetemp))
+
+
+def _prune_stale_roots(tmp: Path):
+    "Remove the temp roots that failed sessions kept, once they are stale (they filled the disk of a later run)."
+    import shutil, time
+    for root in tmp.glob("mtnlg-pytest-*"):
+        if time.time() - root.stat().st_mtime > STALE_ROOT_HOURS * 3600: shutil.rmtree(root, ignore_errors=True)
+
+
+def _check_free_disk(root: Path):
+    "Refuse a full run at once when its temp root lacks the room the suite writes (not as errors after 30 minutes)."
+    import shutil
+    free_gb = shutil.disk_usage(root).free / 2**30
+    if free_gb < SUITE_DISK_GB:
+        raise pytest.UsageError(f"the suite writes up to {SUITE_DISK_GB:.0f} GB under {root.parent}, which has "
+                                f"{free_gb:.1f} GB free: free some, or point TMPDIR at a disk with room")
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    "Stop at once if xdist's `--dist loadgroup` lost the groups (files would split, each group's fixtures built twice)."
+    if node.config.getoption("dist") == "loadgroup" and any("@" not in i for i in ids):
+        pytest.exit("pytest-xdist's --dist loadgroup lost the test groups (pytest-xdist#1386: pytest 9.2 with xdist "
+                    "3.8); install the pinned pytest of environments/cpu.txt", returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 # `make test` runs two pytest-xdist workers (--dist loadgroup): the suite waits on processes half of the time
