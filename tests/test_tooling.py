@@ -161,3 +161,18 @@ def test_nbdev_clean_keeps_committed_outputs(tmp_path):
     c = json.loads((t / "nbs/zz_out.ipynb").read_text())["cells"][0]
     assert c["execution_count"] is None and [o["output_type"] for o in c["outputs"]] == ["stream", "display_data", "execute_result"]
     assert c["outputs"][1]["data"]["image/png"].strip() == png
+
+
+def test_a_parallel_run_without_the_disk_it_needs_stops_before_any_test(tmp_path):
+    "A `make test` run whose temp disk lacks the suite's room stops at once, naming it (CI once ran out at the end)."
+    args = [sys.executable, "-m", "pytest", "tests/test_plan.py", "-k", "paper_numbers", "-n", "1", "-q",
+            "-p", "no:cacheprovider"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["TMPDIR"] = str(tmp_path)
+    short = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=dict(env, MTNLG_SUITE_DISK_GB="1e9"))
+    assert short.returncode == 4, short.stdout + short.stderr
+    assert f"{tmp_path}, which has" in short.stderr and "point TMPDIR at a disk with room" in short.stderr
+    assert "1 passed" not in short.stdout
+    room = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=dict(env, MTNLG_SUITE_DISK_GB="0"))
+    assert room.returncode == 0 and "1 passed" in room.stdout, room.stdout + room.stderr     # the control
+    assert not list(tmp_path.glob("mtnlg-pytest-*")), "a refused or passing session left its temp root"
