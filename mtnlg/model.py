@@ -16,7 +16,7 @@ from . import patches
 __all__ = ['CE_BLOCK', 'INIT_TILE_COLS', 'INIT_TILE_NUMEL', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm',
            'Head', 'tied_logits', 'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs', 'GPT', 'full_shapes',
            'init_block', 'FullInit', 'init_full_state', 'split_kind', 'shard', 'unshard', 'tp_row_runs',
-           'full_named_parameters', 'load_full_state', 'init_parameters']
+           'full_named_parameters', 'load_full_state', 'init_parameters', 'compile_blocks']
 
 # %% ../nbs/03_model.ipynb #170ce7d8
 def _tp():
@@ -413,4 +413,13 @@ def init_parameters(module: nn.Module, cfg: ModelConfig, seed: int, zero: bool =
             runs, c0 = tp_row_runs(name, p.shape, cfg, tp, r)
             for lr, fr, n in runs if not zero else ():
                 local[lr:lr + n] = init_block(name, cfg, seed, (fr, fr + n), (c0, c0 + local.shape[1])).view(n, -1)
+    return module
+
+# %% ../nbs/03_model.ipynb #053d14d1
+def compile_blocks(module: nn.Module, **options):
+    "torch.compile every `Block` of `module` in place (parameter names and checkpoints stay the same)."
+    # options: torch.compile's (backend, mode, ...); a graph break inside the attention resumes there (torch 2.13)
+    torch._dynamo.config.nested_graph_breaks = True
+    for block in module.modules():
+        if isinstance(block, Block): block.compile(**options)
     return module

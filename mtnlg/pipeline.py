@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from .config import RunConfig, ConfigError
 from .topology import Topology, parse_partition, seed_all, check_layout, is_verbose
-from .model import Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, token_logprobs
+from .model import Embedding, Block, FinalNorm, Head, tied_logits, lm_loss, token_logprobs, compile_blocks
 from . import model as _model
 from . import patches
 
@@ -51,9 +51,7 @@ def build_pipeline(cfg: RunConfig, topo: Topology):
         module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
                      activation_checkpoint_interval=cfg.parallel.checkpoint_activations,
                      activation_checkpoint_func=_ckpt, checkpointable_layers=["Block"])
-    if cfg.compile:                                   # in place: parameter names and checkpoints stay the same
-        for block in module.modules():
-            if isinstance(block, Block): block.compile()
+    if cfg.compile: compile_blocks(module)
     return module
 
 # %% ../nbs/04_pipeline.ipynb #3a8bf817
