@@ -176,3 +176,17 @@ def test_a_parallel_run_without_the_disk_it_needs_stops_before_any_test(tmp_path
     room = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=dict(env, MTNLG_SUITE_DISK_GB="0"))
     assert room.returncode == 0 and "1 passed" in room.stdout, room.stdout + room.stderr     # the control
     assert not list(tmp_path.glob("mtnlg-pytest-*")), "a refused or passing session left its temp root"
+
+
+def _markdown_not_in(readme: str) -> list:
+    "The first words of each markdown cell of nbs/index.ipynb that `readme` does not hold word for word."
+    nb = nbformat.read(ROOT / "nbs" / "index.ipynb", as_version=4)
+    return [c.source[:80] for c in nb.cells if c.cell_type == "markdown" and c.source.strip() not in readme]
+
+
+def test_readme_is_the_index_notebook_rendered():
+    "README.md is nbs/index.ipynb rendered by `make readme`: an edit made to README.md alone is found."
+    readme = (ROOT / "README.md").read_text()
+    assert not _markdown_not_in(readme), f"README.md differs from nbs/index.ipynb: edit the notebook, then run " \
+                                         f"`make readme` ({_markdown_not_in(readme)})"
+    assert _markdown_not_in(readme.replace("make test", "make tests", 1))           # the control: one word edited
