@@ -12,9 +12,10 @@ from importlib.metadata import version as installed_version
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
            'route_fp32_clipping', 'lean_bf16_grads', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build',
-           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'rank_zero_without_group', 'compile_on_first_call',
-           'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info',
-           'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks', 'rank_zero_without_group',
+           'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear',
+           'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run',
+           'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -216,6 +217,17 @@ def cpu_has_bf16_gemm() -> bool:
     "Whether oneDNN runs bf16 matrix products natively on this CPU."
     import torch
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+@_registered("torch", "2.13.0", ["torch._dynamo.config:nested_graph_breaks"],
+             "dynamo resuming its trace inside a call after a graph break there: experimental, off by default "
+             "(without it the break at the attention's dropout RNG swap splits each compiled block around it)")
+def resume_nested_graph_breaks() -> bool:
+    "Turn on dynamo's nested graph breaks where torch is at least the version checked; whether they are on."
+    import torch
+    if tuple(int(x) for x in _base_version(torch.__version__).split(".")[:2]) < (2, 13):
+        return False                                  # an older dynamo keeps its default (checked on a GPU)
+    torch._dynamo.config.nested_graph_breaks = True
+    return True
 
 @_registered("megatron-core", "0.16.1", ["megatron.core.datasets.blended_dataset:BlendedDataset"],
              "its index build asks torch.distributed.get_rank(), which fails without a process group")

@@ -16,7 +16,7 @@ LIBRARY_PRIVATES = ["_take_model_step", "_partition_layers", "_set_bounds", "_hp
                     "_lazy_init_hp_params_optimizer_state", "_hp_mapping", "_get_cuda_rng_state",
                     "_set_cuda_rng_state", "_yaml_loader", "_is_mkldnn_bf16_supported", "_WORLD_GROUP",
                     "_DATA_PARALLEL_GROUP", "build_shm_op", "add_env_info", "get_git_commit_hash", "_StorageInfo",
-                    "_rebuild_tensor_v2"]
+                    "_rebuild_tensor_v2", "_dynamo.config"]
 
 
 def module_sources(root: Path) -> dict:
