@@ -33,7 +33,7 @@ test: $(STAMP) check-sync check-clean pytest
 # The fast tier while working: the checks above, unit tests and one small multi-process run (tests/test_small_run.py),
 # every test not marked `slow` (under 5 minutes on 2 cores); `make test` runs everything, as CI does.
 test-fast: $(STAMP) check-sync check-clean
-	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --tb=short $(PYTEST_ARGS)
 
 # (1) the library must be exactly what the notebooks export
 check-sync: $(STAMP)

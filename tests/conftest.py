@@ -67,11 +67,13 @@ def pytest_configure(config):
     if not config.option.basetemp:
         import tempfile
         _prune_stale_roots(Path(tempfile.gettempdir()))
-        if config.getoption("numprocesses", None): _check_free_disk(Path(tempfile.gettempdir()))
+        if config.getoption("numprocesses", None) and not config.getoption("markexpr"):   # `make test`'s run
+            _check_free_disk(Path(tempfile.gettempdir()))
         config.option.basetemp = tempfile.mkdtemp(prefix="mtnlg-pytest-")
         config._mtnlg_own_basetemp = True
-        # what tests and their processes make in the temp dir lies in the session's root too (and goes with it)
-        os.environ["TMPDIR"] = str(Path(config.option.basetemp) / "tmp")
+        # what tests and their processes make in the temp dir goes with the session's root: beside it (pytest
+        # empties the root when it first makes a test's folder, without xdist)
+        os.environ["TMPDIR"] = config.option.basetemp + "-tmp"
         os.mkdir(os.environ["TMPDIR"])
         tempfile.tempdir = None
 
@@ -121,3 +123,4 @@ def pytest_sessionfinish(session, exitstatus):
     import shutil
     if getattr(session.config, "_mtnlg_own_basetemp", False) and exitstatus == 0:
         shutil.rmtree(session.config.option.basetemp, ignore_errors=True)
+        shutil.rmtree(session.config.option.basetemp + "-tmp", ignore_errors=True)
