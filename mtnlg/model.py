@@ -418,7 +418,8 @@ def init_parameters(module: nn.Module, cfg: ModelConfig, seed: int, zero: bool =
 # %% ../nbs/03_model.ipynb #053d14d1
 def compile_blocks(module: nn.Module, **options):
     "torch.compile every `Block` of `module` in place (parameter names and checkpoints stay the same)."
-    # options: torch.compile's (backend, mode, ...); a graph break inside the attention resumes there
+    # options: torch.compile's (backend, mode, ...); a graph break inside the attention resumes there (a dynamo
+    # setting: it holds for the whole process)
     patches.resume_nested_graph_breaks()
     for block in module.modules():
         if isinstance(block, Block): block.compile(**options)

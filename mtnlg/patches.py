@@ -225,7 +225,7 @@ def resume_nested_graph_breaks() -> bool:
     "Turn on dynamo's nested graph breaks where torch is at least the version checked; whether they are on."
     import torch
     if tuple(int(x) for x in _base_version(torch.__version__).split(".")[:2]) < (2, 13):
-        return False                                  # an older dynamo keeps its default (checked on a GPU)
+        return False                                  # an older dynamo keeps its default (4 graphs a block)
     torch._dynamo.config.nested_graph_breaks = True
     return True
 
