@@ -8,12 +8,13 @@ import functools, hashlib, importlib.util, json
 from pathlib import Path
 from . import __version__
 from .config import EvalError, atomic_path, atomic_write_text, file_sha256
-from .tasks import SELECTABLE, task_identity
+from .tasks import SELECTABLE, TASKS, task_identity
 from .runs import tokenizer_identity
 
 # %% auto #0
-__all__ = ['NORMALISATION', 'GREEDY', 'result_path', 'provenance', 'code_identity', 'report_key', 'reusable', 'normalisation',
-           'results_table', 'markdown_table', 'plot_results', 'write_report']
+__all__ = ['NORMALISATION', 'GREEDY', 'PAPER_COLUMNS', 'result_path', 'provenance', 'code_identity', 'report_key', 'reusable',
+           'normalisation', 'paper_score', 'results_table', 'paper_sources', 'markdown_table', 'plot_results',
+           'write_report']
 
 # %% ../nbs/07b_results.ipynb #f02db86b
 def result_path(out_dir, task: str, k: int) -> Path:
@@ -57,14 +58,33 @@ def normalisation(task: str, metric: str) -> str:
     "How metric `metric` of task `task` compares answers of different lengths, in words for the table."
     return GREEDY.get(task) or NORMALISATION.get(metric, metric)
 
-def results_table(results: list[dict]):
-    "Paper-style table: one row per task, one column per shot count (headline accuracy, %), normalisation named."
+PAPER_COLUMNS = {"zero": "paper 0-shot", "one": "paper 1-shot", "few": "paper few-shot"}
+
+def paper_score(task: str, metric: str, word: str) -> float:
+    "MT-NLG 530B's own accuracy (%) of `task` at shot word `word`, on its headline metric row; NaN if unknown here."
+    t = TASKS.get(task)                                 # a variant (another protocol) has no paper score
+    cell = t.paper.get(word) if t is not None and metric == t.headline else None
+    return float("nan") if cell is None else float(cell["accuracy"])
+
+def results_table(results: list[dict], paper: bool = True):
+    "Paper-style table: a row per task, a column per shot count (headline accuracy, %), the paper's own beside."
     import pandas as pd
     df = pd.DataFrame([{"task": r["task"], "metric": r["metric"],
                         "normalisation": normalisation(r["task"], r["metric"]),
                         "shots": f"{r['shots']}-shot", "accuracy": round(100 * r["accuracy"], 2)} for r in results])
     t = df.pivot_table(index=["task", "metric", "normalisation"], columns="shots", values="accuracy", sort=False)
-    return t[sorted(t.columns, key=lambda c: int(c.split("-")[0]))]
+    t = t[sorted(t.columns, key=lambda c: int(c.split("-")[0]))]
+    if not paper: return t
+    for word, column in PAPER_COLUMNS.items():
+        t[column] = [paper_score(task, metric, word) for task, metric, _ in t.index]
+    return t
+
+def paper_sources(tasks) -> str:
+    "Markdown lines naming who quotes each paper score of `tasks` (the table's `paper` columns)."
+    lines = [f"- {n} {w}-shot (ours at k={TASKS[n].shots[w]}): {c['accuracy']}, {c['source']}"
+             for n in dict.fromkeys(tasks) if n in TASKS for w, c in TASKS[n].paper.items()]
+    note = "paper: MT-NLG 530B's own accuracy (%); blank where no source available here quotes it."
+    return "\n".join([note, *lines]) + "\n"
 
 def markdown_table(df) -> str:
     "A pandas table (from `results_table`) as a Markdown table."
@@ -107,7 +127,8 @@ def write_report(results: list[dict], out_dir):
             for r in stored + list(results)}
     rows = sorted(allr.values(), key=lambda r: (list(SELECTABLE).index(r["task"]), r["shots"]))
     atomic_write_text(d / "results.json", json.dumps(rows, indent=1))
-    atomic_write_text(d / "results.md", markdown_table(results_table(rows)))
+    table = markdown_table(results_table(rows))
+    atomic_write_text(d / "results.md", table + "\n" + paper_sources(r["task"] for r in rows))
     plot_results(rows, d / "accuracy_vs_shots.png")
     return rows
 

