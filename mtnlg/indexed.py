@@ -46,17 +46,19 @@ def _encoder(spec: str, workers: int):
         yield lambda batches: ([np.asarray(tk.tokenize(t), dtype=np.int64) for t in b] for b in batches)
         return
     import multiprocessing as mp
-    pool = mp.get_context("fork" if sys.platform == "linux" else "spawn").Pool(workers, _init_worker, (spec,))
+    from concurrent.futures import ProcessPoolExecutor
+    ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+    # not multiprocessing.Pool: on an error its terminate() could wait for good on its own thread, still writing a
+    # batch into the pipe of the workers it had just stopped (CPython 3.11; hung the suite once)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(spec,))
     def encode(batches):
         window = collections.deque()                  # at most 2 x workers batches in flight
         for b in batches:
-            window.append(pool.apply_async(_encode_batch, (b,)))
-            if len(window) >= 2 * workers: yield window.popleft().get()
-        while window: yield window.popleft().get()
+            window.append(pool.submit(_encode_batch, b))
+            if len(window) >= 2 * workers: yield window.popleft().result()
+        while window: yield window.popleft().result()
     try: yield encode
-    finally:
-        pool.terminate()
-        pool.join()
+    finally: pool.shutdown(cancel_futures=True)        # running batches finish; a dead worker breaks the pool
 
 def indexed_paths(prefix) -> tuple[Path, Path]:
     "(`prefix.bin`, `prefix.idx`)."

@@ -81,6 +81,26 @@ def test_tokenize_matches_tokenizer_and_is_atomic(tmp_path, fixture_data):
     assert not list((tmp_path / "out").glob("bad*")) and not list((tmp_path / "out").glob("*.tmp-*"))
 
 
+def test_bad_input_stops_the_workers_under_load(tmp_path, fixture_data):
+    # multiprocessing.Pool.terminate() once hung the suite here for good (its task thread blocked on a worker pipe);
+    # with it, this loop hung within 2 to 34 rounds in each of 4 runs on 2 busy cores; it must end every time
+    text = (fixture_data / "corpus/tinyshakespeare/input.txt").read_text()
+    src = _docs(tmp_path, "bad", [text[i:i + 2000] for i in range(0, 200_000, 2000)])
+    src.write_text(src.read_text() + "{broken\n")
+    code = ("import sys; from mtnlg.indexed import tokenize_to_indexed; from mtnlg.config import DataError\n"
+            "for i in range(60):\n"
+            "    try: tokenize_to_indexed(sys.argv[1], f'{sys.argv[2]}/{i}/bad', workers=2, log=None)\n"
+            "    except DataError: pass\n")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(src), str(tmp_path / "out")], capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        for h in hogs: h.kill()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not list((tmp_path / "out").rglob("*.bin"))
+
+
 def test_killed_run_leaves_nothing_valid(tmp_path, fixture_data):
     text = (fixture_data / "corpus/gutenberg/melville-moby_dick.txt").read_text()
     src = _docs(tmp_path, "big", [text[i:i + 5000] for i in range(0, len(text), 5000)] * 36)
