@@ -1,28 +1,51 @@
-# The two ways in: `make demo` and `make test` (`make test-fast` while working). Each sets up .venv from the pinned
+# The two ways in: `make demo` and `make test` (`make test-fast` while working). Each sets up a venv from the pinned
 # environment when needed.
 SHELL := /bin/bash
+# ENV picks the tested environment: `default` (Python 3.12, the newest stack: environments/cpu.txt, into .venv) or
+# `oldest` (Python 3.11, the oldest supported set: environments/cpu-oldest.txt, into .venv-oldest).
+ENV   ?= default
+ifeq ($(ENV),oldest)
+PY_VERSION := 3.11
+LOCK  ?= environments/cpu-oldest.txt
+VENV  ?= .venv-oldest
+else ifeq ($(ENV),default)
+PY_VERSION := 3.12
+LOCK  ?= environments/cpu.txt
 VENV  ?= .venv
+else
+$(error ENV=$(ENV) is not an environment: use ENV=default (Python 3.12) or ENV=oldest (Python 3.11))
+endif
+# The interpreter the venv is made with: PYTHON=/path/to/python3.12 to choose; else python3.12 on PATH, else pyenv's.
+PYTHON ?= $(firstword $(foreach p,python$(PY_VERSION) $(wildcard $(HOME)/.pyenv/versions/$(PY_VERSION).*/bin/python$(PY_VERSION)),\
+            $(shell $(p) -c 'import sys; assert sys.version_info[:2] == ($(subst .,$(,),$(PY_VERSION)))' 2>/dev/null && echo $(p))))
+TORCH := $(shell sed -n 's/^torch==\([0-9.]*\).*/\1/p' $(LOCK))
 PY    := $(VENV)/bin/python
 BIN   := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.mtnlg-installed
 BUILD := .build
 export OMP_NUM_THREADS ?= 1
 TEST_WORKERS ?= 2       # pytest-xdist workers of `make test` (tests/conftest.py: how tests are grouped)
+, := ,
 
 .PHONY: demo test test-fast lab env check-sync check-clean pytest readme export clean-build docs outputs check-outputs
 
 env: $(STAMP)
 
-# Idempotent set-up: rebuilt only when the pins, setup.py or settings.ini change.
-$(STAMP): environments/cpu.txt setup.py settings.ini
-	@test -x $(PY) || python3 -m venv $(VENV)
-	@echo "== installing the pinned CPU environment into $(VENV) (first time: a few minutes)"
+# Idempotent set-up: rebuilt only when the lock file, setup.py or settings.ini change; a venv of another Python is
+# made again. torch first, by exact version (the lock's), then the lock with --no-deps: pip never resolves.
+$(STAMP): $(LOCK) setup.py settings.ini
+	@test -n "$(PYTHON)" || { echo "make: no Python $(PY_VERSION) found (ENV=$(ENV)): install it, or name it with" \
+	  "PYTHON=/path/to/python$(PY_VERSION)"; exit 1; }
+	@$(PY) -c 'import sys; assert sys.version_info[:2] == ($(subst .,$(,),$(PY_VERSION)))' 2>/dev/null || \
+	  { rm -rf $(VENV); $(PYTHON) -m venv $(VENV); }
+	@echo "== installing $(LOCK) (Python $(PY_VERSION), torch $(TORCH)) into $(VENV) (first time: a few minutes)"
 	@# -qq: errors only (a pip configured with absent local indexes warns once per package, burying the test log)
-	$(PY) -m pip install -qq --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -r environments/cpu.txt
+	$(PY) -m pip install -qq --disable-pip-version-check torch==$(TORCH)
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -r $(LOCK)
 	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name mtnlg --display-name "Python (mtnlg)" >/dev/null
-	@$(PY) -c "import torch, deepspeed, megatron.core, nbdev; print('== torch', torch.__version__, '| deepspeed', deepspeed.__version__, '| megatron-core', megatron.core.__version__, '| nbdev', nbdev.__version__)"
+	@$(PY) -W ignore -c "import sys, torch, deepspeed, megatron.core, nbdev; print('== Python', sys.version.split()[0], '| torch', \
+	  torch.__version__, '| deepspeed', deepspeed.__version__, '| megatron-core', megatron.core.__version__, '| nbdev', nbdev.__version__)"
 	@touch $(STAMP)
 
 demo: $(STAMP)

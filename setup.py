@@ -10,7 +10,7 @@ cfg = config['DEFAULT']
 
 licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
 statuses = ['Planning', 'Pre-Alpha', 'Alpha', 'Beta', 'Production/Stable', 'Mature', 'Inactive']
-py_versions = '3.10 3.11 3.12'.split()
+py_versions = '3.11 3.12'.split()
 
 requirements = shlex.split(cfg.get('requirements', ''))
 extras = {name: shlex.split(cfg.get(f'{name}_requirements', '')) for name in ('dev', 'docs', 'build')}

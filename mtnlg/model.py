@@ -26,6 +26,11 @@ def _tp():
                            "first (a 1-process world is fine)")
     return ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
 
+def _tp_group():
+    "The tensor-parallel process group, handed to every megatron-core layer and mapping (it asks for it from 0.19)."
+    from megatron.core import parallel_state as ps
+    return ps.get_tensor_model_parallel_group()
+
 def mp_config(cfg: ModelConfig):
     "megatron-core `ModelParallelConfig` for the current TP size, with the CPU-safe settings."
     from megatron.core import ModelParallelConfig
@@ -55,7 +60,8 @@ class Embedding(nn.Module):
         tp, _ = _tp()
         self.cfg = cfg
         self.word = tensor_parallel.VocabParallelEmbedding(cfg.padded_vocab_size(tp), cfg.hidden_size,
-                                                           init_method=_noinit, config=mp_config(cfg))
+                                                           init_method=_noinit, config=mp_config(cfg),
+                                                           tp_group=_tp_group())
         _mark_tp(self.word.weight, 0)
         self.pos = nn.Embedding(cfg.seq_length, cfg.hidden_size, device=_device())
         self.drop = nn.Dropout(cfg.hidden_dropout)
@@ -79,9 +85,10 @@ class Attention(nn.Module):
         mp, h = mp_config(cfg), cfg.hidden_size
         self.heads, self.head_dim, self.p = cfg.num_heads // tp, h // cfg.num_heads, cfg.attention_dropout
         # qkv output features are laid out [3, heads, head_dim]: q, k, v each head-major (as GPT-2's c_attn)
-        self.qkv = tpl.ColumnParallelLinear(h, 3 * h, config=mp, init_method=_noinit, bias=True, gather_output=False)
+        self.qkv = tpl.ColumnParallelLinear(h, 3 * h, config=mp, init_method=_noinit, bias=True, gather_output=False,
+                                            tp_group=_tp_group())
         self.proj = patches.row_parallel_linear()(h, h, config=mp, init_method=_noinit, bias=True,
-                                                  input_is_parallel=True, skip_bias_add=False)
+                                                  input_is_parallel=True, skip_bias_add=False, tp_group=_tp_group())
         _mark_tp(self.qkv.weight, 0); _mark_tp(self.proj.weight, 1)
 
     def forward(self, x, kv=None):                      # [B, S, H] -> [B, S, H]
@@ -108,9 +115,10 @@ class MLP(nn.Module):
         super().__init__()
         from megatron.core import tensor_parallel as tpl
         mp, h, f = mp_config(cfg), cfg.hidden_size, cfg.ffn_hidden_size
-        self.fc1 = tpl.ColumnParallelLinear(h, f, config=mp, init_method=_noinit, bias=True, gather_output=False)
+        self.fc1 = tpl.ColumnParallelLinear(h, f, config=mp, init_method=_noinit, bias=True, gather_output=False,
+                                            tp_group=_tp_group())
         self.fc2 = patches.row_parallel_linear()(f, h, config=mp, init_method=_noinit, bias=True,
-                                                 input_is_parallel=True, skip_bias_add=False)
+                                                 input_is_parallel=True, skip_bias_add=False, tp_group=_tp_group())
         _mark_tp(self.fc1.weight, 0); _mark_tp(self.fc2.weight, 1)
         self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"   # Megatron's GELU is the tanh form
 
@@ -151,7 +159,7 @@ class Head(nn.Module):
         from megatron.core import tensor_parallel as tpl
         tp, _ = _tp()
         self.out = tpl.ColumnParallelLinear(cfg.hidden_size, cfg.padded_vocab_size(tp), config=mp_config(cfg),
-                                            init_method=_noinit, bias=False, gather_output=False)
+                                            init_method=_noinit, bias=False, gather_output=False, tp_group=_tp_group())
         _mark_tp(self.out.weight, 0)
     def forward(self, x):
         logits, _ = self.out(x)
@@ -160,7 +168,7 @@ class Head(nn.Module):
 def tied_logits(embedding: Embedding, x):
     "Vocab-parallel logits [B, S, Vp/tp] from the (tied) input embedding matrix."
     from megatron.core import tensor_parallel as tpl
-    return torch.matmul(tpl.copy_to_tensor_model_parallel_region(x), embedding.word.weight.t())
+    return torch.matmul(tpl.copy_to_tensor_model_parallel_region(x, group=_tp_group()), embedding.word.weight.t())
 
 # %% ../nbs/03_model.ipynb #49c27aec
 def _masked(logits, vocab_size):
@@ -272,7 +280,8 @@ class GPT(nn.Module):
 
     def forward(self, tokens):
         from megatron.core import tensor_parallel as tpl
-        return tpl.gather_from_tensor_model_parallel_region(self.parallel_logits(tokens))[..., :self.cfg.vocab_size]
+        logits = tpl.gather_from_tensor_model_parallel_region(self.parallel_logits(tokens), group=_tp_group())
+        return logits[..., :self.cfg.vocab_size]
 
     def loss(self, tokens, labels):
         "Mean next-token cross entropy."

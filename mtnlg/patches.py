@@ -4,18 +4,18 @@
 
 # %% ../nbs/00b_patches.ipynb #6ac1a52e
 from __future__ import annotations
-import contextlib, functools, importlib, logging, sys
+import contextlib, functools, importlib, logging, os, sys, warnings
 from dataclasses import dataclass
 from typing import Callable
 from importlib.metadata import version as installed_version
 
 # %% auto #0
-__all__ = ['PATCHES', 'Patch', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
-           'route_fp32_clipping', 'lean_bf16_grads', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build',
-           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks', 'rank_zero_without_group',
-           'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear',
-           'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run',
-           'datasets_offline']
+__all__ = ['PATCHES', 'Patch', 'unchecked_note', 'check_patches', 'relink_optimizer_state', 'hp_mapping',
+           'explicit_split_pipeline', 'route_fp32_clipping', 'lean_bf16_grads', 'reset_deepspeed_groups',
+           'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
+           'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
+           'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
+           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -23,17 +23,33 @@ class Patch:
     "One use of a library's private internals."
     name: str                  # the function in this module that makes the use
     library: str               # distribution name, as `importlib.metadata` knows it
-    checked: str               # the version the use was checked against
+    checked: tuple[str, ...]   # the versions the use was checked against (the oldest and the newest tested)
     private: tuple[str, ...]   # the private names it relies on, as 'module:attribute.path'
     why: str                   # what it is for, and why no public API serves
 
 PATCHES: dict[str, Patch] = {}
+_SAID: set[str] = set()        # patches whose unchecked-version line was printed in this process
 
-def _registered(library: str, checked: str, private: list[str], why: str):
-    "Decorator: register the function as a `Patch`."
+def unchecked_note(p: Patch) -> str | None:
+    "The one line saying that patch `p` is applied to a version of its library it was not checked on; else None."
+    have = _base_version(installed_version(p.library))
+    if have in p.checked: return None
+    return (f"mtnlg: patches.{p.name} is applied to {p.library} {have}, checked on {', '.join(p.checked)} only "
+            f"(mtnlg.patches.check_patches() says what to re-check)")
+
+def _registered(library: str, checked: str | tuple[str, ...], private: list[str], why: str):
+    "Decorator: register the function as a `Patch`; at its first use on an unchecked version, rank 0 says so."
     def deco(fn):
-        PATCHES[fn.__name__] = Patch(fn.__name__, library, checked, tuple(private), why)
-        return fn
+        p = PATCHES[fn.__name__] = Patch(fn.__name__, library, (checked,) if isinstance(checked, str) else checked,
+                                         tuple(private), why)
+        @functools.wraps(fn)
+        def applied(*args, **kwargs):
+            if p.name not in _SAID:
+                _SAID.add(p.name)
+                note = unchecked_note(p)
+                if note and os.environ.get("RANK", "0") == "0": print(note, file=sys.stderr, flush=True)
+            return fn(*args, **kwargs)
+        return applied
     return deco
 
 def _resolve(spec: str):
@@ -50,9 +66,9 @@ def check_patches() -> list[str]:
     out = []
     for p in PATCHES.values():
         have = installed_version(p.library)
-        if _base_version(have) != p.checked:
-            out.append(f"patches.{p.name}: {p.library} is {have}, checked against {p.checked}; re-check "
-                       f"{', '.join(p.private)} ({p.why}), then set checked='{_base_version(have)}'")
+        if _base_version(have) not in p.checked:
+            out.append(f"patches.{p.name}: {p.library} is {have}, checked against {', '.join(p.checked)}; re-check "
+                       f"{', '.join(p.private)} ({p.why}), then add '{_base_version(have)}' to its checked versions")
         for spec in p.private:
             try: _resolve(spec)
             except (ImportError, AttributeError) as e:
@@ -190,7 +206,7 @@ def skip_deepspeed_shm_build():
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 
 # %% ../nbs/00b_patches.ipynb #2b6017ff
-@_registered("megatron-core", "0.16.1",
+@_registered("megatron-core", ("0.16.1", "0.19.2"),
              ["megatron.core.tensor_parallel.random:_get_cuda_rng_state",
               "megatron.core.tensor_parallel.random:_set_cuda_rng_state",
               "megatron.core.tensor_parallel.random:CudaRNGStatesTracker.add"],
@@ -211,14 +227,14 @@ def megatron_rng_on_cpu():
     r.CudaRNGStatesTracker.add = add
     logging.getLogger(r.__name__).setLevel(logging.ERROR)   # fork() warns when the CPU RNG moves inside it
 
-@_registered("torch", "2.13.0", ["torch:ops.mkldnn._is_mkldnn_bf16_supported"],
+@_registered("torch", ("2.13.0", "2.15.0"), ["torch:ops.mkldnn._is_mkldnn_bf16_supported"],
              "whether the CPU has native bf16 GEMM; torch has no public query")
 def cpu_has_bf16_gemm() -> bool:
     "Whether oneDNN runs bf16 matrix products natively on this CPU."
     import torch
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
-@_registered("torch", "2.13.0", ["torch._dynamo.config:nested_graph_breaks"],
+@_registered("torch", ("2.13.0", "2.15.0"), ["torch._dynamo.config:nested_graph_breaks"],
              "dynamo resuming its trace inside a call after a graph break there: experimental, off by default "
              "(without it the break at the attention's dropout RNG swap splits each compiled block around it)")
 def resume_nested_graph_breaks() -> bool:
@@ -229,18 +245,22 @@ def resume_nested_graph_breaks() -> bool:
     torch._dynamo.config.nested_graph_breaks = True
     return True
 
-@_registered("megatron-core", "0.16.1", ["megatron.core.datasets.blended_dataset:BlendedDataset"],
-             "its index build asks torch.distributed.get_rank(), which fails without a process group")
+@_registered("megatron-core", ("0.16.1", "0.19.2"), ["megatron.core.datasets.blended_dataset:BlendedDataset"],
+             "without a process group its index build asks torch.distributed.get_rank(), an error (0.16.1), or "
+             "warns at each log line that it defaulted to rank 0 (0.19.2)")
 @contextlib.contextmanager
 def rank_zero_without_group():
-    "Inside the block `torch.distributed.get_rank()` answers 0 when no process group exists."
+    "Inside the block, when no process group exists, megatron-core's datasets are rank 0 (no error, no notice)."
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         yield
         return
     orig = dist.get_rank
     dist.get_rank = lambda *a, **k: 0
-    try: yield
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Could not determine rank from torch.distributed")
+            yield
     finally: dist.get_rank = orig
 
 # %% ../nbs/00b_patches.ipynb #4805e481
@@ -265,7 +285,7 @@ def compile_on_first_call():
     try: yield
     finally: torch.compile = compile_
 
-@_registered("megatron-core", "0.16.1", ["megatron.core.jit:jit_fuser"],
+@_registered("megatron-core", ("0.16.1", "0.19.2"), ["megatron.core.jit:jit_fuser"],
              "its fusions are decorated with torch.compile at import, which loads inductor in every process")
 def import_megatron():
     "Import megatron-core, its fusions compiled at their first call rather than at import."
@@ -281,7 +301,8 @@ def import_deepspeed_muon():
         with compile_on_first_call(): import deepspeed.runtime.zero.muon.muon_optimizer  # noqa: F401
 
 # %% ../nbs/00b_patches.ipynb #3fe73698
-@_registered("megatron-core", "0.16.1", ["megatron.core.tensor_parallel.layers:RowParallelLinear._forward_impl"],
+@_registered("megatron-core", ("0.16.1", "0.19.2"),
+             ["megatron.core.tensor_parallel.layers:RowParallelLinear._forward_impl"],
              "RowParallelLinear.forward hands tp_group=None to its matmul, which then warns on rank 0 at every call; "
              "under torch.compile each warning breaks a block's graph (8 graphs and recompiles instead of one)")
 @functools.cache
@@ -294,7 +315,7 @@ def row_parallel_linear():
     return RowParallelLinearWithGroup
 
 # %% ../nbs/00b_patches.ipynb #d7c10a02
-@_registered("torch", "2.13.0", ["torch.distributed.checkpoint.filesystem:_StorageInfo"],
+@_registered("torch", ("2.13.0", "2.15.0"), ["torch.distributed.checkpoint.filesystem:_StorageInfo"],
              "where DCP's `.metadata` says a stored piece lies (file, offset, length); a writer that streams "
              "pieces (DCP's own keeps every written tensor until its file closes) and a reader that reads only "
              "the bytes it needs must make and read these records")
@@ -308,7 +329,7 @@ def dcp_storage_location(info) -> tuple[str, int, int] | None:
     if getattr(info, "transform_descriptors", None): return None
     return info.relative_path, info.offset, info.length
 
-@_registered("torch", "2.13.0", ["torch._utils:_rebuild_tensor_v2"],
+@_registered("torch", ("2.13.0", "2.15.0"), ["torch._utils:_rebuild_tensor_v2"],
              "the pickle of a tensor inside a `torch.save` zip names its storage record, offset, size and "
              "stride only through this rebuild call; reading a few rows of a stored tensor needs them")
 def saved_tensor_layout(data_pkl: bytes):

@@ -567,8 +567,8 @@ def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
 
 def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:
     "(documents, documents among their own `k` shots) of task config `cfg`, sampled as lm-eval's prompts sample."
-    from lm_eval.tasks import TaskManager, get_task_dict
-    task = get_task_dict([{**cfg, "num_fewshot": k}], TaskManager(include_defaults=False))[cfg["task"]]
+    from lm_eval.tasks import TaskManager
+    task = TaskManager(include_defaults=False).load([{**cfg, "num_fewshot": k}])["tasks"][cfg["task"]]
     task.set_fewshot_seed(seed=seed)
     passed = task.fewshot_cfg.split == task.config.test_split          # what fewshot_context does
     docs = list(task.eval_docs)

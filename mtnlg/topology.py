@@ -13,9 +13,10 @@ from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text
 from . import patches
 
 # %% auto #0
-__all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose', 'quiet_megatron',
-           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
-           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'init_distributed', 'seed_all', 'shutdown']
+__all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose',
+           'quiet_megatron', 'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches',
+           'cpu_malloc_reuse', 'Topology', 'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary',
+           'init_distributed', 'seed_all', 'shutdown']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -26,6 +27,9 @@ MEGATRON_NOTICES = ["Transformer Engine and Apex are not installed"]   # start o
 RUNTIME_NOTICES = [(FutureWarning, r"`torch\.distributed\.all_gather_into_tensor` is deprecated"),
                    (UserWarning, r"c10d::broadcast_: an autograd kernel was not registered"),
                    (UserWarning, r"torch\.distributed is disabled, unavailable or uninitialized")]
+# loggers whose warnings say nothing a user can act on: torch's CUDA build on a machine with a CUDA toolkit and no GPU
+# ("No CUDA runtime is found, using CUDA_HOME=...", at DeepSpeed's import)
+QUIET_LOGGERS = ["torch.utils.cpp_extension"]
 
 def is_verbose() -> bool:
     "True when $MTNLG_VERBOSE asks for every notice (`mtnlg --verbose` sets it)."
@@ -37,6 +41,7 @@ def quiet_megatron(verbose: bool | None = None) -> bool:
     if verbose: return False
     for m in MEGATRON_NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
     for category, m in RUNTIME_NOTICES: warnings.filterwarnings("ignore", message=m, category=category)
+    for name in QUIET_LOGGERS: logging.getLogger(name).setLevel(logging.ERROR)
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"        # DeepSpeed's own choice, without its warning from every rank
     rules = [r for r in os.environ.get("PYTHONWARNINGS", "").split(",") if r]

@@ -20,6 +20,7 @@ Usage: torchrun --nproc-per-node N tests/checkpoint_worker.py PLAN.json OUT_DIR
 import json, os, shutil, sys, time, traceback, warnings
 from pathlib import Path
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch
 

@@ -60,8 +60,20 @@ def slurm_cluster(tmp_path_factory):
 SUITE_DISK_GB = float(os.environ.get("MTNLG_SUITE_DISK_GB", 8))
 STALE_ROOT_HOURS = 3      # another session's root older than this has ended (a full run takes under an hour)
 
+# Deprecations raised by megatron-core, DeepSpeed, lm-eval, datatrove or mtnlg are errors (tests/strict/*.py)
+STRICT = Path(__file__).resolve().parent / "strict"
+
+def _strict_deprecations(config):
+    "The rule of tests/strict here (as filterwarnings lines) and in every Python process the tests start."
+    sys.path.insert(0, str(STRICT))
+    import strict_deprecations
+    for action, message, category, module in strict_deprecations.rules():
+        config.addinivalue_line("filterwarnings", f"{action}:{message}:{category.__name__}:{module}")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STRICT), os.environ.get("PYTHONPATH")]))
+
 def pytest_configure(config):
     "The `slow` marker; each session its own temp root (pytest prunes all but the 3 newest, a running one's too)."
+    _strict_deprecations(config)
     config.addinivalue_line("markers", "slow: multi-process launches, notebooks, the demo, the docs site, the wheel "
                                        "(`make test` runs them; `make test-fast` leaves them out)")
     if not config.option.basetemp:

@@ -3,6 +3,7 @@ ranks follow, then scores a request to show the forward rounds go on; rank 0 wri
 Usage: torchrun --nproc-per-node=8 tests/eval_worker.py RUN_DIR OUT.json"""
 import json, sys, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 from lm_eval.api.instance import Instance
 from mtnlg import eval as ev
 from mtnlg.topology import shutdown

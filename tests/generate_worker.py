@@ -2,6 +2,7 @@
 Usage: torchrun --nproc-per-node=N tests/generate_worker.py RUN_DIR OUT.json TP PP"""
 import json, sys, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 from dataclasses import asdict
 from mtnlg.generate import load_generator, generate_until
 from mtnlg.topology import shutdown

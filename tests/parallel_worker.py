@@ -9,6 +9,7 @@ Usage: torchrun --nproc-per-node N tests/parallel_worker.py PLAN.json OUT_DIR
 """
 import json, os, sys, time, traceback, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch
 

@@ -5,6 +5,7 @@ as JSON.
 Usage: torchrun --nproc-per-node=PP tests/pipelined_decoding_worker.py RUN_DIR OUT.json PP"""
 import json, sys, time, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 import torch.distributed as dist
 from mtnlg.generate import load_generator, generate_until
 from mtnlg.topology import shutdown

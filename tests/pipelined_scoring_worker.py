@@ -4,6 +4,7 @@ intervals recorded by torch forward hooks; rank 0 writes the scores and interval
 Usage: torchrun --nproc-per-node=N tests/pipelined_scoring_worker.py OUT.json PP [IN_FLIGHT]"""
 import json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import torch
 import torch.distributed as dist

@@ -9,6 +9,7 @@ Usage: torchrun --nproc-per-node 2 tests/resume_worker.py PLAN.json OUT_DIR
 """
 import os, sys, warnings
 warnings.filterwarnings("ignore")
+if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from mtnlg.config import ParallelConfig
 from mtnlg.checkpoint import latest_checkpoint

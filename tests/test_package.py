@@ -94,17 +94,33 @@ def unsatisfied(requirements, pinned):
         except metadata.PackageNotFoundError: bad.append(f"{n} is pinned but not installed in {sys.prefix}: make env")
     return bad
 
-@pytest.mark.parametrize("env_file", ["cpu.txt", "cuda.txt"])
+# The tested environments: (Python, CPU lock, CUDA lock). `make` installs the first (.venv), `make ENV=oldest` the other.
+STACKS = {"default": ("3.12", "cpu.txt", "cuda.txt"), "oldest": ("3.11", "cpu-oldest.txt", "cuda-oldest.txt")}
+RUNNING = next(k for k, (py, *_) in STACKS.items() if py == f"{sys.version_info.major}.{sys.version_info.minor}")
+
+def direct_misses(requirements, pinned):
+    "Requirements that the pinned set misses or contradicts, not following their dependencies."
+    out = []
+    for r in map(Requirement, requirements):
+        n = canonicalize_name(r.name)
+        if n not in pinned: out.append(f"{r} is not pinned")
+        elif not r.specifier.contains(pinned[n], prereleases=True): out.append(f"{r}: pinned {pinned[n]}")
+    return out
+
+@pytest.mark.parametrize("env_file", [f for _, *files in STACKS.values() for f in files])
 def test_pinned_environment_satisfies_requirements(env_file):
+    "Each lock meets settings.ini's ranges; the running environment's locks with every dependency, as installed."
+    stack = next(k for k, (_, *files) in STACKS.items() if env_file in files)
     pinned = pins(env_file)
-    if env_file == "cuda.txt": pinned["torch"] = pins("cpu.txt")["torch"]    # installed first, not listed
+    if env_file.startswith("cuda"): pinned["torch"] = pins(STACKS[stack][1])["torch"]    # installed first, not listed
     reqs = [r for k in settings() if k.endswith("requirements") for r in settings()[k].split()]
-    bad = unsatisfied(reqs, pinned)
+    bad = unsatisfied(reqs, pinned) if stack == RUNNING else direct_misses(reqs, pinned)
     assert not bad, f"environments/{env_file} does not satisfy settings.ini:\n" + "\n".join(sorted(set(bad)))
 
 def test_unsatisfied_reports_missing_and_conflicting_pins():
     bad = unsatisfied(["papermill", "tqdm>=99"], {"tqdm": "4.70.1"})
     assert bad == ["tqdm>=99: pinned 4.70.1", "papermill is not pinned"]
+    assert direct_misses(["papermill", "tqdm>=99"], {"tqdm": "4.70.1"}) == bad[::-1]
 
 # --- the wheel in a fresh virtual environment -----------------------------------------------------------------
 PKG_DIR = ROOT / ".build" / "pkgtest"
@@ -144,24 +160,44 @@ need = {n for n, _ in seen} | {"pip", "setuptools", "wheel"}
 print(" ".join(sorted({canon(d.metadata["Name"]) for d in metadata.distributions()} - need)))
 """
 
-@pytest.fixture(scope="session")
-def fresh_venv(wheel):
-    """A venv (never .venv) where pip resolves the wheel's dependencies with cpu.txt as constraints. Built once per
-    machine; when the pins or requirements change, pip re-resolves in it and whatever mtnlg no longer needs is
-    uninstalled, so it holds exactly what a fresh install would; the wheel is reinstalled every session. Installed
-    without byte-compiling (half of pip's time): the first process compiles what it imports (`_venv_env`)."""
-    venv = PKG_DIR / f"venv-py{sys.version_info.major}{sys.version_info.minor}"; py = venv / "bin" / "python"
-    key = hashlib.sha256((ROOT / "environments/cpu.txt").read_bytes() + settings()["requirements"].encode()).hexdigest()
+def find_python(version: str) -> str:
+    "An interpreter of Python `version`: python3.X on PATH, else pyenv's (as the Makefile looks); fails naming it."
+    pyenv = sorted(str(p) for p in Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    for exe in [f"python{version}", *pyenv]:
+        p = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+        if p.returncode == 0 and p.stdout.strip() == str(tuple(map(int, version.split(".")))): return exe
+    pytest.fail(f"no Python {version} here: the wheel test installs mtnlg beside that stack; install Python {version}")
+
+# A user's project with its own stack: the distributions it installed before mtnlg, at the lock's versions.
+PROJECT = ("torch", "megatron-core")
+
+@pytest.fixture(scope="session", params=list(STACKS))
+def fresh_venv(request, wheel):
+    """A venv (never .venv) of one stack (`STACKS`): a project that has torch and megatron-core already (installed
+    first, at the stack's versions), where pip resolves the wheel's dependencies with the rest of the stack's lock
+    as constraints. Built once per machine; when the lock or requirements change, pip re-resolves in it and whatever
+    mtnlg no longer needs is uninstalled, so it holds exactly what a fresh install would; the wheel is reinstalled
+    every session. Installed without byte-compiling (half of pip's time): the first process compiles what it
+    imports (`_venv_env`)."""
+    stack = request.param
+    version, lock, _ = STACKS[stack]
+    for old in PKG_DIR.glob("venv-*"):                          # another stack list's venvs (GBs each)
+        if old.name not in {f"venv-{s}" for s in STACKS}: shutil.rmtree(old, ignore_errors=True)
+    venv = PKG_DIR / f"venv-{stack}"; py = venv / "bin" / "python"
+    have = pins(lock)
+    project = [f"{n}=={have[n]}" for n in PROJECT]
+    key = hashlib.sha256((ROOT / "environments" / lock).read_bytes() + settings()["requirements"].encode()).hexdigest()
     stamp = venv / ".deps-installed"
-    if not (py.exists() and (venv / "torch-installed").exists()):
-        if PKG_DIR.exists(): shutil.rmtree(PKG_DIR)
-        _run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", venv])
-        _run([py, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0"], timeout=900)
-        (venv / "torch-installed").touch()
+    marker = venv / "project-installed"
+    if not (py.exists() and marker.exists() and marker.read_text() == " ".join(project)):
+        if venv.exists(): shutil.rmtree(venv)
+        _run([find_python(version), "-m", "venv", venv])
+        _run([py, "-m", "pip", "install", "-q", "--no-compile", *project], timeout=1500)
+        marker.write_text(" ".join(project))
     if not stamp.exists() or stamp.read_text() != key:
         cons = venv / "constraints.txt"
-        cons.write_text("\n".join(l for l in (ROOT / "environments/cpu.txt").read_text().splitlines()
-                                  if not l.startswith(("setuptools==", "wheel=="))))
+        cons.write_text("\n".join(l for l in (ROOT / "environments" / lock).read_text().splitlines()
+                                  if not l.startswith(("setuptools==", "wheel==", *(f"{n}==" for n in PROJECT)))))
         subprocess.run([py, "-m", "pip", "uninstall", "-q", "-y", "mtnlg"], capture_output=True)   # else pip keeps the
         _run([py, "-m", "pip", "install", "-q", "--no-compile", "-c", cons, wheel], timeout=1500)  # old metadata
         extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
@@ -181,7 +217,12 @@ def _venv_env(venv):
 
 @pytest.mark.slow
 def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_data):
+    "Beside a project's torch and megatron-core (each stack's), pip keeps them and mtnlg trains, exports, evaluates."
     env, cwd, exe = _venv_env(fresh_venv), tmp_path, fresh_venv / "bin" / "mtnlg"
+    kept = (fresh_venv / "project-installed").read_text().split()
+    versions = f"from importlib.metadata import version as v; print(*(n + '==' + v(n) for n in {PROJECT!r}))"
+    got = _run([fresh_venv / "bin/python", "-c", versions], cwd=cwd, env=env).stdout.split()
+    assert [g.split("+")[0] for g in got] == kept, (got, kept)          # the resolver left the project's stack alone
     imports = "import mtnlg, mtnlg.data, mtnlg.train, trafilatura; print(mtnlg.__file__)"   # WARC needs trafilatura
     p = _run([fresh_venv / "bin/python", "-c", imports], cwd=cwd, env=env)
     assert str(fresh_venv) in p.stdout and str(ROOT / "mtnlg") not in p.stdout, p.stdout

@@ -123,3 +123,21 @@ def test_patches_are_at_the_versions_they_were_checked_against():
     from mtnlg.patches import check_patches, PATCHES
     assert {p.library for p in PATCHES.values()} >= {"deepspeed", "megatron-core", "torch", "lm-eval"}
     assert check_patches() == []
+
+
+TP_COPY = ("import torch; from mtnlg.config import ParallelConfig; from mtnlg.topology import init_distributed, shutdown; "
+           "from megatron.core import parallel_state as ps, tensor_parallel as tpl; init_distributed(ParallelConfig()); "
+           "tpl.copy_to_tensor_model_parallel_region(torch.ones(2){}); shutdown(); print('ran')")
+
+def test_library_deprecations_are_errors_here_and_in_started_processes():
+    "tests/strict: megatron-core's deprecation of a call without its group fails a started process; the group passes."
+    import subprocess, sys, warnings
+    run = lambda code: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    without, given = run(TP_COPY.format("")), run(TP_COPY.format(", group=ps.get_tensor_model_parallel_group()"))
+    assert without.returncode != 0 and "DeprecationWarning: Warning: tp_group is None" in without.stderr, without
+    assert given.returncode == 0 and given.stdout.strip() == "ran", given.stderr[-3000:]
+    # here too: a library's deprecation raises, another package's stays a warning (the control)
+    with pytest.raises(DeprecationWarning):
+        warnings.warn_explicit("old", DeprecationWarning, "layers.py", 1, module="megatron.core.tensor_parallel.layers")
+    with pytest.warns(DeprecationWarning):
+        warnings.warn_explicit("old", DeprecationWarning, "x.py", 1, module="numpy.linalg")
