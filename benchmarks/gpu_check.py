@@ -1,5 +1,6 @@
-"""Issues 18/31 in one GPU call: the training step correct on CUDA, its speed against the baselines, its memory
-against the planner, and the largest GPT one GPU trains; one run of under 10 minutes, written to --out as it goes.
+"""Issues 18/31/40 in one GPU call: the training step correct on CUDA, its memory against its dry run and the planner,
+its speed against the baselines, and the largest GPT one GPU trains; one run of under 10 minutes, written to --out
+as it goes.
 
 Sections, in this order (correctness runs side by side, four at a time: none of them is timed; the rest alone).
 Checks and sections that would start after --budget seconds are recorded as skipped. Each appends its table
@@ -14,6 +15,8 @@ what it finished; a failing check is recorded and the next one runs.
   speed        benchmarks/gpu_step.py at micro-batch 8, then 4: this project's step (and with DeepSpeed's own bf16
                gradient path, its control), HF eager, HF + torch.compile, megatron-core's GPT (CUDA events,
                median), the matmul peak in the same run, peak memory and the planner's prediction.
+  memory       gpt3-1.3b's real step (`mtnlg train`, 4 micro-batches of 4, torch.cuda.max_memory_allocated) against
+               its dry run (`mtnlg plan --dry-run`, on this host's CPU) and the planner: within 5% is the goal.
   scale        the largest gpt3-shaped model the planner fits on this GPU (activation checkpointing,
                micro-batch 1): a few steps of this project's step, its TFLOP/s, measured and predicted peak memory.
 
@@ -173,6 +176,34 @@ def speed(a, rep: Report):
         rep.record("speed", f"micro-batch {mb}", code == 0, exit_status=code)
 
 
+def memory(a, rep: Report, work: Path):
+    "gpt3-1.3b's real step on this device against its dry run and the planner (issue 40)."
+    if rep.left() < 150: return rep.record("memory", "gpt3-1.3b", False, error="skipped: the run's --budget is spent")
+    nmb, run = 4, work / "memory-1.3b"
+    flags = ["--preset", "gpt3-1.3b", "--steps", "2", "--global-batch", str(4 * nmb), "--no-progress",
+             "--set", "log_interval=1", "--set", "eval_interval=0", "--set", "save_interval=0",
+             "--set", "optim.rampup_batch_start=0", "--set", "optim.rampup_batch_increment=0"]
+    train(a, run, *flags)
+    from mtnlg.train import read_metrics
+    real = max(r.get("mem_bytes", 0) for r in read_metrics(run))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DS_ACCELERATOR="cpu", OMP_NUM_THREADS="4")
+    cmd = [sys.executable, "-c", "import sys; from mtnlg.cli import main; sys.exit(main(sys.argv[1:]))", "plan",
+           "--preset", "gpt3-1.3b", "--dry-run", "--json", "--ranks", "0", "--micro-batches", str(nmb)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.run_timeout)
+    if p.returncode: return rep.record("memory", "gpt3-1.3b", False, error=p.stderr.strip()[-300:])
+    dry = json.loads(p.stdout.strip().splitlines()[-1])
+    G = 2 ** 30
+    what = "torch.cuda.max_memory_allocated" if a.device == "cuda" else "resident memory (not comparable on a CPU)"
+    rep.md(f"\n### Memory: gpt3-1.3b's step against its dry run and the planner\n\n| | GiB |\n|---|---|\n"
+           f"| real step ({what}) | {real / G:.2f} |\n| dry run (peak of the second step) | "
+           f"{dry['peak_bytes'] / G:.2f} |\n| planner (`rank_memory`, moment {dry['planned_moment']}) | "
+           f"{dry['planned_bytes'] / G:.2f} |\n\nreal / dry run {real / dry['peak_bytes']:.3f}, "
+           f"real / planner {real / dry['planned_bytes']:.3f}.\n")
+    rep.record("memory", "gpt3-1.3b", a.device != "cuda" or abs(real / dry["peak_bytes"] - 1) <= 0.05,
+               real_gib=round(real / G, 2), dry_run_gib=round(dry["peak_bytes"] / G, 2),
+               planned_gib=round(dry["planned_bytes"] / G, 2))
+
+
 def largest_fit(gpu_bytes: float, seq: int = 2048, heads_dim: int = 128, hiddens=range(1024, 16385, 256)):
     "(layers, hidden, heads, predicted peak bytes) of the largest gpt3-shaped model the planner fits in `gpu_bytes`."
     from mtnlg.config import load_config
@@ -217,7 +248,7 @@ def main():
     ap.add_argument("--out", required=True, help="folder for gpu_check.md, gpu_check.jsonl and the runs' logs")
     ap.add_argument("--data", default=None, help="tokenized corpus prefix (default: Tiny Shakespeare, tokenized here)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--sections", default="correctness,speed,scale", help="comma-separated, in this order")
+    ap.add_argument("--sections", default="correctness,memory,speed,scale", help="comma-separated, in this order")
     ap.add_argument("--micro-batches", default="8,4", help="speed section's micro-batches, in this order")
     ap.add_argument("--rows", default=None, help="speed section's gpu_step.py rows (default: all of them)")
     ap.add_argument("--profile", action="store_true", help="speed section: profile the mtnlg rows (top kernels)")
@@ -243,7 +274,8 @@ def main():
     now = datetime.datetime.now(datetime.timezone.utc)
     rep.md(f"## GPU check (`benchmarks/gpu_check.py`)\n\nDate {now:%Y-%m-%d %H:%M} UTC; device: {name}; "
            f"torch {torch.__version__}; data {a.data}.")
-    sections = dict(correctness=lambda: correctness(a, rep, work), speed=lambda: speed(a, rep),
+    sections = dict(correctness=lambda: correctness(a, rep, work), memory=lambda: memory(a, rep, work),
+                    speed=lambda: speed(a, rep),
                     scale=lambda: scale(a, rep))
     for s in a.sections.split(","):
         t0 = time.time()

@@ -28,8 +28,9 @@ from .topology import seed_all
 __all__ = ['ADAM_KEYS', 'DIGESTS', 'READERS', 'LEASE_STALE_S', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'CheckpointError',
            'write_pieces', 'dcp_metadata', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state',
            'atomic_save', 'step_tag', 'latest_checkpoint', 'clean_partial', 'live_leases', 'reading',
-           'prune_checkpoints', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint',
-           'same_layout', 'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
+           'prune_checkpoints', 'save_items', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes',
+           'check_checkpoint', 'same_layout', 'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors',
+           'write_weights']
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000007
 def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
@@ -457,6 +458,13 @@ class _Save:
     error: BaseException | None = None
     steps_since: int = 0
 
+def save_items(engine, topo, cfg: RunConfig) -> list[tuple]:
+    "This rank's pieces of a save, [(key, full size, offsets, tensor view)], as a save writes them (a collective)."
+    _link_optimizer_state(engine)
+    keys = ("model",) + (ADAM_KEYS if _has_moments(engine, topo) else ())
+    return [(k, p.size(), off, t) for k, p in engine_state(engine, cfg, keys, saving=True).items()
+            for off, _, t in p.rects]
+
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
     def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
@@ -472,10 +480,7 @@ class Checkpointer:
             shutil.rmtree(d, ignore_errors=True)
             _make_dir(d)
         dist.barrier()
-        _link_optimizer_state(engine)
-        keys = ("model",) + (ADAM_KEYS if _has_moments(engine, topo) else ())
-        items = [(k, p.size(), off, t) for k, p in engine_state(engine, self.cfg, keys, saving=True).items()
-                 for off, _, t in p.rects]
+        items = save_items(engine, topo, self.cfg)
         job, rng = _Save(d, dict(state), threading.Event()), rng_state()
         self.pending = job
         if not self.cfg.async_checkpoint:

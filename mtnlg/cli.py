@@ -13,7 +13,7 @@ __all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser
 
 # %% ../nbs/90_cli.ipynb #460aa9c8
 COMMANDS = {
-    "plan":   ("mtnlg.plan",  "memory, FLOPs and 3D-layout planning for a model on a cluster"),
+    "plan":   ("mtnlg.dryrun", "memory, FLOPs and 3D-layout planning; --dry-run runs a layout's ranks on fake tensors"),
     "data":   ("mtnlg.corpus", "curate, tokenize and blend a training corpus"),
     "train":  ("mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
     "eval":   ("mtnlg.eval",  "zero/one/few-shot evaluation of a checkpoint"),

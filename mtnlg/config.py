@@ -117,6 +117,11 @@ class OptimConfig:
     rampup_batch_increment: int = 32 # ramp-up step size in sequences
     rampup_tokens: float = 12e9     # tokens over which the batch ramps up
 
+    @property
+    def ramps_up(self) -> bool:
+        "Whether the batch ramps up (a start below the global batch, over some tokens); if not, its fields are unused."
+        return bool(self.rampup_batch_start and self.rampup_tokens and self.rampup_batch_start < self.global_batch)
+
     def validate(self):
         "Check values; raise `ConfigError` naming the field."
         _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")
@@ -184,7 +189,7 @@ class RunConfig:
         _require(self.model.num_heads % p.tp == 0, "parallel.tp",
                  f"tp={p.tp} does not divide num_heads={self.model.num_heads}; pick a divisor of the heads")
         step = p.micro_batch * p.dp
-        for f in ("global_batch", "rampup_batch_start", "rampup_batch_increment"):
+        for f in ("global_batch",) + (("rampup_batch_start", "rampup_batch_increment") if o.ramps_up else ()):
             v = getattr(o, f)
             _require(v % step == 0, f"optim.{f}", f"{v} is not divisible by micro_batch x dp = {p.micro_batch} x {p.dp};"
                      f" use a multiple of {step}")

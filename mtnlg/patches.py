@@ -15,7 +15,8 @@ __all__ = ['PATCHES', 'Patch', 'unchecked_note', 'check_patches', 'relink_optimi
            'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
            'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
            'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
-           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline']
+           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools', 'init_fake_process_group',
+           'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -389,3 +390,103 @@ def datasets_offline():
     try: yield
     finally: datasets.config.HF_HUB_OFFLINE = before
 
+
+# %% ../nbs/00b_patches.ipynb #49ee9347
+@_registered("torch", ("2.13.0", "2.15.0"),
+             ["torch.utils._python_dispatch:TorchDispatchMode", "torch._subclasses.fake_tensor:FakeTensorMode",
+              "torch:ops.aten._local_scalar_dense", "torch.testing._internal.distributed.fake_pg:FakeStore",
+              "torch.distributed._tools.fake_collectives:CollectiveOp",
+              "torch.distributed._tools.fake_collectives:collective_ops"],
+             "running real code on fake tensors in a fake world: torch's tools for it have no public home")
+def fake_tools():
+    "torch's tools for a fake run: `DispatchMode`, a new `fake_mode`, `collective(func, args)`, `scalar_read`."
+    import types, torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fake_collectives import CollectiveOp, collective_ops
+    def collective(func, args):
+        "(name, process group) of a collective or point-to-point operation; None for any other."
+        name = func.__name__.split(".")[0]
+        if func not in collective_ops or name in ("wait_tensor", "wait_tensors"): return None
+        return name.rstrip("_"), CollectiveOp.get_process_group(func, args)
+    return types.SimpleNamespace(DispatchMode=TorchDispatchMode, fake_mode=FakeTensorMode(allow_non_fake_inputs=True),
+                                 collective=collective, scalar_read=torch.ops.aten._local_scalar_dense.default)
+
+def init_fake_process_group(rank: int, world_size: int):
+    "The default process group as rank `rank` of a fake world of `world_size` ranks (no peers, no traffic)."
+    import torch.distributed as dist
+    import torch.testing._internal.distributed.fake_pg as fake_pg        # registers the `fake` backend
+    dist.init_process_group("fake", store=fake_pg.FakeStore(), rank=rank, world_size=world_size)
+
+# %% ../nbs/00b_patches.ipynb #839a24e9
+@_registered("deepspeed", "0.19.8", ["deepspeed.pipe:PipelineModule.to", "deepspeed.runtime.engine:DeepSpeedEngine"],
+             "PipelineModule.__init__ and DeepSpeedEngine._configure_distributed_model move the module to the "
+             "device; fake parameters cannot be swapped, and are made on that device already")
+@contextlib.contextmanager
+def module_moves_skipped():
+    "Inside the block `PipelineModule.to()` leaves the module where it is (fake parameters are made in place)."
+    from deepspeed.pipe import PipelineModule
+    orig = PipelineModule.to
+    PipelineModule.to = lambda self, *args, **kwargs: self
+    try: yield
+    finally: PipelineModule.to = orig
+
+@_registered("deepspeed", "0.19.8",
+             ["deepspeed.runtime.pipe.engine:PipelineEngine._recv_tensor_meta",
+              "deepspeed.runtime.pipe.engine:PipelineEngine._allocate_or_extend_buffers",
+              "deepspeed.runtime.pipe.engine:PipelineEngine._INSTRUCTION_MAP",
+              "deepspeed.runtime.utils:PartitionedTensor.from_meta"],
+             "a fake world carries no values: the shapes a stage receives and the partitions of TP-split "
+             "activations are made from the activation shape; each instruction is named to a callback")
+@contextlib.contextmanager
+def pipe_without_values(engine, shape: tuple, dtype, on_instruction: Callable[[str], None] | None = None):
+    "Inside the block `engine` receives activations of `shape` without their shape message, in a fake world."
+    import math, torch
+    import torch.distributed as dist
+    from deepspeed.runtime.utils import PartitionedTensor, partition_uniform
+    def recv_tensor_meta(send_stage):                # what the previous stage's first send describes
+        if not engine.is_pipe_partitioned: return engine._allocate_or_extend_buffers(0, list(shape), dtype)
+        part = PartitionedTensor(torch.empty(shape, dtype=dtype, device=engine.device),
+                                 engine.grid.get_slice_parallel_group())
+        sent = (part.to_meta(), part.data())
+        return tuple(engine._allocate_or_extend_buffers(i, list(t.size()), t.dtype) for i, t in enumerate(sent))
+    def from_meta(cls, meta, local_part, group, device=None):      # the header's values, from the shape
+        part = cls(torch.ones(dist.get_world_size(group=group)), group)
+        part.orig_size, part.orig_device = list(shape), device or engine.device
+        part.local_data, part.group = local_part.detach(), group
+        part.partition = partition_uniform(num_items=math.prod(shape), num_parts=part.num_parts)
+        return part
+    def named(run, name):
+        def instruction(self, *args, **kwargs):
+            if on_instruction: on_instruction(name)
+            return run(self, *args, **kwargs)
+        return instruction
+    orig_from_meta = PartitionedTensor.__dict__["from_meta"]
+    engine._recv_tensor_meta = recv_tensor_meta
+    engine._INSTRUCTION_MAP = {k: named(v, k.__name__) for k, v in type(engine)._INSTRUCTION_MAP.items()}
+    PartitionedTensor.from_meta = classmethod(from_meta)
+    try: yield
+    finally:
+        PartitionedTensor.from_meta = orig_from_meta
+        del engine._recv_tensor_meta, engine._INSTRUCTION_MAP
+
+# %% ../nbs/00b_patches.ipynb #f67803de
+@_registered("torch", ("2.13.0", "2.15.0"), ["torch:ops.aten._scaled_dot_product_flash_attention"],
+             "a dry run stands for a GPU rank: flash attention's operator (and its backward) on fake CPU tensors, "
+             "where the public SDPA would pick a CPU kernel")
+@contextlib.contextmanager
+def gpu_kernels():
+    "Inside the block SDPA (bf16/fp16, heads up to 256 wide) is flash attention and dropout is the fused kernel."
+    import torch
+    import torch.nn.functional as F
+    sdpa, dropout = F.scaled_dot_product_attention, F.dropout
+    def fused_dropout(input, p=0.5, training=True, inplace=False):
+        if not training or inplace or not 0 < p < 1: return dropout(input, p, training, inplace)
+        return torch.ops.aten.native_dropout(input, p, True)[0]   # a bool mask, as CUDA's fused kernel keeps
+    def flash(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **kwargs):
+        if attn_mask is not None or kwargs or q.dtype not in (torch.float16, torch.bfloat16) or q.shape[-1] > 256:
+            return sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs)
+        return torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
+    F.scaled_dot_product_attention, F.dropout = flash, fused_dropout
+    try: yield
+    finally: F.scaled_dot_product_attention, F.dropout = sdpa, dropout

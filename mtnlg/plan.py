@@ -9,12 +9,14 @@ from dataclasses import dataclass, asdict, replace
 from .config import ConfigError, ModelConfig, RunConfig, load_config, add_config_args, config_from_args
 
 # %% auto #0
-__all__ = ['CLUSTERS', 'BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'ORDERS', 'PAPER_COMPUTE_FRACTION', 'PlanError', 'Cluster',
-           'get_cluster', 'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
+__all__ = ['CLUSTERS', 'BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'DRY_RUN_CATEGORIES', 'CE_BLOCK_BYTES', 'VOCAB_ROWS',
+           'WHOLE_ON_EVERY_TP_RANK', 'ORDERS', 'PAPER_COMPUTE_FRACTION', 'PlanError', 'Cluster', 'get_cluster',
+           'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
            'checkpoint_cost', 'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'pipeline_stats',
-           'memory_per_gpu', 'flops_per_iteration', 'tflops_per_gpu', 'rank_of', 'rank_placement', 'parallel_groups',
-           'placement_table', 'predict_time', 'calibrate', 'with_layout', 'check_layout', 'enumerate_layouts',
-           'evaluate', 'plan', 'cli_parser', 'cli_run']
+           'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes', 'memory_per_gpu', 'flops_per_iteration',
+           'tflops_per_gpu', 'rank_of', 'rank_placement', 'parallel_groups', 'placement_table', 'predict_time',
+           'calibrate', 'with_layout', 'check_layout', 'enumerate_layouts', 'evaluate', 'plan', 'cli_parser',
+           'config_of_args', 'cli_run']
 
 # %% ../nbs/01_memory.ipynb #21342d17
 class PlanError(ConfigError):
@@ -166,7 +168,7 @@ def activation_checkpoint_bytes_total(cfg: RunConfig) -> float:
     m = cfg.model
     return 2 * cfg.optim.global_batch * m.num_layers * m.seq_length * m.hidden_size
 
-# %% ../nbs/01_memory.ipynb #9e939d4a
+# %% ../nbs/01_memory.ipynb #f223efa7
 def pipeline_stats(cfg: RunConfig) -> dict:
     "Micro-batches per iteration (per pipeline), 1F1B bubble fraction and tokens per iteration."
     p = cfg.parallel
@@ -174,9 +176,128 @@ def pipeline_stats(cfg: RunConfig) -> dict:
     return dict(micro_batches=m, bubble_fraction=(p.pp - 1) / m,
                 tokens_per_iteration=cfg.optim.global_batch * cfg.model.seq_length)
 
+DRY_RUN_CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+CE_BLOCK_BYTES = 4 * 2 ** 24            # one fp32 block of the vocab-parallel loss (mtnlg.model.CE_BLOCK values)
+
+def rank_memory(cfg: RunConfig, stage: int, recompute=None) -> dict:
+    "Bytes a rank of pipeline `stage` holds at its peak, by the categories a dry run measures; the moment and total."
+    m, p = cfg.model, cfg.parallel
+    t, b, s, h, f = p.tp, p.micro_batch, m.seq_length, m.hidden_size, m.ffn_hidden_size
+    e = 2 if cfg.precision == "bf16" else 4
+    vp = m.padded_vocab_size(t) // t                                   # this rank's vocabulary columns
+    n = stage_layers(m.num_layers, p.pp)[stage]
+    first, last = stage == 0, stage == p.pp - 1
+    nmb = pipeline_stats(cfg)["micro_batches"]
+    F, full = min(p.pp - stage, nmb), _recompute(cfg, recompute) == "full"
+    ms = model_state_bytes(stage_params(cfg)[stage], cfg.precision, p.zero_stage, p.dp)
+    A, mlp = b * s * h * e, b * s * f * e / t                           # an activation, an MLP activation's part
+    M = b * s * h if m.hidden_dropout > 0 else 0                        # a dropout mask
+    a = A / t                                                           # an activation's TP part
+    L = activation_bytes_per_layer(cfg, "none")                         # what a block keeps for its backward
+    block = (4 * h * h + 2 * h * f + 3 * h + f) / t + 6 * h             # a block's parameters on this rank
+    w_qkv, w_fc = 3 * h * h / t, h * f / t
+    logits = b * s * vp * e
+    head = e * (vp * h + 2 * h) if last else 0                          # the tied copy's and final LN's gradients
+    extras = (0 if last else F * a) + (F * M if first else 0) + (A + min(2, nmb) * logits if last else 0)
+    states = dict(parameters=ms["weights"], optimizer=ms["master_fp32"] + ms["adam_m"] + ms["adam_v"])
+    def at(grads, act, temp): return dict(states, gradients=ms["grads_fp32"] + grads, activations=act,
+                                          temporaries=temp)
+    # one stage holding both uses of the tied embedding: autograd keeps the head's share of its gradient all backward
+    held = e * vp * h if first and last and m.tie_embeddings else 0
+    if full:
+        moments = {"E": at(e * (n * block - w_qkv) + head, (F * n - n + 1) * A + extras,
+                           e * w_qkv + (6 + (not last)) * A + 4 * a + held),
+                   "E (fc2)": at(e * (n - 1) * block + head, (F * n - n) * A + extras,
+                                 L - M + e * w_fc + mlp + 2 * A + (0 if last else a) + held)}
+    else:
+        moments = {"E": at(e * ((n - 1) * block + w_fc) + head, (F * n - n + 1) * L - M - 2 * mlp + extras,
+                           e * w_fc + (3 + (not last)) * A + mlp + a + held)}
+    kept = F * n * (A if full else L)
+    if last:
+        valid = min(vp, m.vocab_size)                                   # the loss's columns (no padding)
+        chunk = min(max(1, CE_BLOCK_BYTES // 4 // vp), b * s) * valid * 4   # one fp32 block of rows
+        exp = b * s * valid * e                                         # the loss keeps exp(logit - max)
+        moments["S"] = at(0, kept + extras + exp + (0 if first else 2 * A),
+                          logits + chunk + (0 if first else A + a))
+        # L: in the loss's forward, a block of rows in fp32 (and its difference to the row max) as exp is made
+        moments["L"] = at(0, kept + extras + exp + 2 * chunk + (0 if first else 2 * A), 0)
+    else: moments["S"] = at(0, kept + extras - (0 if full else M), 3 * A + mlp + a + e * w_fc)
+    if first:
+        rest = (F - 1) * ((A if full else L) * n + M + (0 if last else a)) + (0 if last else a)
+        moments["E0"] = at(e * (n * block + s * h), rest, e * vp * h + 3 * A + a)
+    moment = max(moments, key=lambda k: sum(moments[k].values()))
+    return dict(moments[moment], total=sum(moments[moment].values()), moment=moment)
+
+# %% ../nbs/01_memory.ipynb #edb055b9
+def step_comm_bytes(cfg: RunConfig, stage: int, recompute=None) -> dict:
+    "Bytes of the buffers a rank of pipeline `stage` hands to collectives and sends in one step, by group."
+    m, p = cfg.model, cfg.parallel
+    t, b, s, h = p.tp, p.micro_batch, m.seq_length, m.hidden_size
+    e = 2 if cfg.precision == "bf16" else 4
+    first, last, n = stage == 0, stage == p.pp - 1, stage_layers(m.num_layers, p.pp)[stage]
+    nmb = pipeline_stats(cfg)["micro_batches"]
+    A, full = b * s * h * e, _recompute(cfg, recompute) == "full"
+    params = stage_params(cfg)[stage]
+    out = {}
+    if t > 1:
+        gathers = (0 if first else 1) + (0 if last else 2) if p.pp > 1 else 0
+        per_mb = (n * (6 if full else 4) + first + last + gathers) * A + (3 * b * s * 4 if last else 0)
+        out["tp"] = nmb * per_mb
+    if p.pp > 1:
+        message = A / t + 8 * (7 + t) if t > 1 else A                  # a TP part and its header, or all of it
+        out["pp"] = nmb * 2 * message * ((not first) + (not last))
+        if m.tie_embeddings and (first or last): out["embedding"] = 4 * m.padded_vocab_size(t) // t * h
+    if p.dp > 1:
+        grad_bytes = 2 if cfg.precision == "bf16" and p.grad_reduce_dtype == "bf16" else 4
+        out["dp"] = (grad_bytes + e) * params
+    return out
+
+def _stage_parameters(cfg: RunConfig, stage: int) -> list[tuple[str, int]]:
+    "(name, values on a TP rank) of a stage's parameters in the module's order: tied embedding, then the layers."
+    m, p = cfg.model, cfg.parallel
+    t, h, f, vp = p.tp, m.hidden_size, m.ffn_hidden_size, m.padded_vocab_size(p.tp) // p.tp
+    first, last = stage == 0, stage == p.pp - 1
+    lo = sum(stage_layers(m.num_layers, p.pp)[:stage])
+    emb = [("embedding.word.weight", vp * h), ("embedding.pos.weight", m.seq_length * h)]
+    out = emb if m.tie_embeddings and (first or last) else (emb if first else [])
+    for i in range(lo, lo + stage_layers(m.num_layers, p.pp)[stage]):
+        out += [(f"blocks.{i}.{k}", n) for k, n in (
+            ("ln1.weight", h), ("ln1.bias", h), ("attn.qkv.weight", 3 * h * h // t), ("attn.qkv.bias", 3 * h // t),
+            ("attn.proj.weight", h * h // t), ("attn.proj.bias", h), ("ln2.weight", h), ("ln2.bias", h),
+            ("mlp.fc1.weight", f * h // t), ("mlp.fc1.bias", f // t), ("mlp.fc2.weight", h * f // t),
+            ("mlp.fc2.bias", h))]
+    if last: out += [("final_norm.ln.weight", h), ("final_norm.ln.bias", h)]
+    if last and not m.tie_embeddings: out += [("head.out.weight", vp * h)]
+    return out
+
+VOCAB_ROWS = ("word.weight", "head.out.weight")     # a checkpoint keeps their rows of the real vocabulary only
+WHOLE_ON_EVERY_TP_RANK = ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "proj.bias", "fc2.bias",
+                          "ln.weight", "ln.bias", "pos.weight")
+
+def rank_checkpoint_bytes(cfg: RunConfig, stage: int, tp_rank: int = 0, dp_rank: int = 0) -> int:
+    "Bytes of a rank's pieces of a checkpoint: fp32 master values and AdamW's moments of what it saves."
+    p, h, saved = cfg.parallel, cfg.model.hidden_size, 0
+    vp = cfg.model.padded_vocab_size(p.tp) // p.tp
+    rows = max(0, min(vp, cfg.model.vocab_size - tp_rank * vp))       # this rank's rows of the real vocabulary
+    params = _stage_parameters(cfg, stage)
+    for decay in (True, False):                       # AdamW's groups: matrices, then vectors
+        group = [(name, n) for name, n in params if (not name.endswith("bias") and "ln" not in name) == decay]
+        total = sum(n for _, n in group)
+        padded = -(-total // (2 * p.dp)) * 2 * p.dp
+        lo, hi = dp_rank * padded // p.dp, (dp_rank + 1) * padded // p.dp
+        at = 0
+        for name, n in group:
+            tied_copy = stage == p.pp - 1 and stage > 0 and name.startswith("embedding.")
+            whole = tp_rank > 0 and name.endswith(WHOLE_ON_EVERY_TP_RANK)
+            end = at + (rows * h if name.endswith(VOCAB_ROWS) else n)
+            if not (tied_copy or whole): saved += max(0, min(hi, end) - max(lo, at))
+            at += n
+    return 12 * saved
+
+# %% ../nbs/01_memory.ipynb #9e939d4a
 def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = False,
                    attention: str = "fused") -> dict:
-    "Per-GPU bytes (model states + activations) of every pipeline stage, and the peak stage."
+    "Per-GPU peak bytes of every pipeline stage (`activations`: all above the model states), and the worst stage."
     m, p = cfg.model, cfg.parallel
     r = _recompute(cfg, recompute)
     nmb = pipeline_stats(cfg)["micro_batches"]
@@ -184,15 +305,22 @@ def memory_per_gpu(cfg: RunConfig, recompute=None, sequence_parallel: bool = Fal
     full_layer = activation_bytes_per_layer(cfg, "none", sequence_parallel, attention)
     k = max(p.checkpoint_activations, 1)
     stages = []
+    runs_here = attention == "fused" and not sequence_parallel and r != "selective"   # what the code runs
     for i, (n, params) in enumerate(zip(stage_layers(m.num_layers, p.pp), stage_params(cfg))):
         ms = model_state_bytes(params, cfg.precision, p.zero_stage, p.dp)
         inflight = min(p.pp - i, nmb)
-        act = inflight * n * per_layer + (min(k, n) * full_layer if r == "full" else 0)
-        if i == p.pp - 1:
-            act += (2 if cfg.precision == "bf16"
-                    else 4) * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
+        if runs_here:                                 # the peak as the dry run finds it (rank_memory)
+            rank = rank_memory(cfg, i, r)
+            total, parts, moment = rank["total"], {c: rank[c] for c in DRY_RUN_CATEGORIES}, rank["moment"]
+        else:                                         # the planner's other knobs: Korthikanti's count
+            act = inflight * n * per_layer + (min(k, n) * full_layer if r == "full" else 0)
+            if i == p.pp - 1:
+                act += (2 if cfg.precision == "bf16"
+                        else 4) * m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp
+            total, parts, moment = ms["total"] + act, None, None
         stages.append(dict(stage=i, layers=n, params=params, inflight=inflight, model_states=ms["total"],
-                           model_state_breakdown=ms, activations=act, total=ms["total"] + act))
+                           model_state_breakdown=ms, activations=total - ms["total"], total=total,
+                           categories=parts, moment=moment))
     peak = max(stages, key=lambda d: d["total"])
     return dict(recompute=r, sequence_parallel=sequence_parallel, stages=stages, peak=peak,
                 peak_bytes=peak["total"])
@@ -357,7 +485,7 @@ def check_layout(cfg: RunConfig, cluster: Cluster) -> list[str]:
     if m.num_layers % p.pp:
         warn.append(f"{m.num_layers} layers over {p.pp} stages are unbalanced "
                     f"({max(stage_layers(m.num_layers, p.pp))} on the largest)")
-    for f in ("rampup_batch_start", "rampup_batch_increment"):
+    for f in ("rampup_batch_start", "rampup_batch_increment") if o.ramps_up else ():
         v = getattr(o, f)
         if v and v % (p.micro_batch * p.dp):
             warn.append(f"optim.{f}={v} is not a multiple of micro_batch x dp = {p.micro_batch * p.dp}")
@@ -471,7 +599,7 @@ def cli_parser(parser):
                    help="also print the rank placement table of the layout")
     return parser
 
-def _config(args):
+def config_of_args(args) -> RunConfig:
     "The run config of the flags; a batch ramp-up that does not divide the layout is a warning, not an error."
     try: return config_from_args(args)
     except ConfigError as e:
@@ -502,7 +630,7 @@ _HEADER = (f"{'rank':>4} {'tp':>3} {'pp':>4} {'dp':>5} {'mb':>3} {'m':>6} {'bubl
 
 def cli_run(args) -> int:
     "Run `mtnlg plan`: evaluate one layout, or rank all layouts."
-    cfg = _config(args)
+    cfg = config_of_args(args)
     gpn = cfg.parallel.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
     fixed_tp, fixed_pp = args.cfg_tp is not None, args.cfg_pp is not None
     world = cfg.parallel.world_size

@@ -16,7 +16,7 @@ from . import patches
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose',
            'quiet_megatron', 'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches',
            'cpu_malloc_reuse', 'Topology', 'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary',
-           'init_distributed', 'seed_all', 'shutdown']
+           'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -304,3 +304,19 @@ def shutdown():
         try: dist.barrier()
         finally: dist.destroy_process_group()
     patches.reset_deepspeed_groups()
+
+# %% ../nbs/02_topology.ipynb #d71e9037
+def init_fake_world(parallel: ParallelConfig, rank: int, run_cfg: RunConfig | None = None) -> Topology:
+    "Join a fake world of `parallel`'s tp x pp x dp ranks as `rank`, every group made as in a launch; its `Topology`."
+    world = parallel.tp * parallel.pp * parallel.dp
+    if not 0 <= rank < world:
+        raise ConfigError(f"rank {rank} is outside the layout's {world} ranks (tp{parallel.tp} x pp{parallel.pp} "
+                          f"x dp{parallel.dp}): use 0 to {world - 1}")
+    if torch.cuda.is_available():
+        raise ConfigError("a fake world runs on the CPU: hide the GPUs (CUDA_VISIBLE_DEVICES= mtnlg plan --dry-run)")
+    if dist.is_initialized() or _TOPO is not None: shutdown()
+    for k, v in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", rank % parallel.gpus_per_node)):
+        if k not in os.environ: _ENV_SET.append(k)
+        os.environ[k] = str(v)
+    patches.init_fake_process_group(rank, world)
+    return init_distributed(parallel, run_cfg=run_cfg)

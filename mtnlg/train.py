@@ -41,7 +41,7 @@ def learning_rate(o: OptimConfig, tokens: float) -> float:
 def batch_size_at(o: OptimConfig, consumed_samples: int, seq_length: int) -> int:
     "Global batch (sequences) of the step after `consumed_samples`: Megatron's linear ramp-up, by tokens."
     start, incr = o.rampup_batch_start, o.rampup_batch_increment
-    if not start or not o.rampup_tokens or start >= o.global_batch: return o.global_batch
+    if not o.ramps_up: return o.global_batch
     incr = incr or o.global_batch - start
     n = max((o.global_batch - start) // incr, 1)                  # increments
     k = math.floor(consumed_samples * n * seq_length / o.rampup_tokens + 1e-9)   # increments done
@@ -392,7 +392,8 @@ LAYOUTS = ("fit", "auto", "fixed")
 def _batches_split(cfg: RunConfig, dp: int) -> bool:
     "Whether every batch size of the schedule splits into micro-batches over `dp` replicas."
     o, mb = cfg.optim, cfg.parallel.micro_batch
-    return all(v % (mb * dp) == 0 for v in (o.global_batch, o.rampup_batch_start, o.rampup_batch_increment))
+    sizes = (o.global_batch, o.rampup_batch_start, o.rampup_batch_increment) if o.ramps_up else (o.global_batch,)
+    return all(v % (mb * dp) == 0 for v in sizes)
 
 def _placeable(tp, pp, dp, per_node, env) -> bool:
     try: place(tp, pp, dp, per_node=per_node, env=env); return True

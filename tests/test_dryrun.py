@@ -1,0 +1,91 @@
+"""Dry runs (mtnlg.dryrun): the 530B preset's ranks at their real shapes on fake tensors, against the planner; the
+counting checked on real tensors; bad input refused in one line before any rank is built."""
+import contextlib, io, json, os, subprocess, sys
+from pathlib import Path
+import pytest
+from conftest import ROOT
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+GB80 = 80 * 10 ** 9
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+
+
+def plan_dry_run(*argv) -> list[dict]:
+    "`mtnlg plan --dry-run --json ...` in a process of its own: one object per rank."
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([MTNLG, "plan", "--dry-run", "--json", *argv], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=1800)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+def assert_as_planned(r):
+    "Each category within 5% of the plan, the traffic of every group and the checkpoint's bytes equal to it."
+    for c in CATEGORIES:
+        got, want = r["categories"][c]["measured"], r["categories"][c]["planned"]
+        assert abs(got - want) <= 0.05 * want, (r["rank"], c, got, want)
+    assert abs(r["peak_bytes"] - r["planned_bytes"]) <= 0.05 * r["planned_bytes"], r["rank"]
+    sent = {k: v for k, v in r["comm_bytes"].items() if k != "scalars"}
+    assert sent == r["planned_comm_bytes"], (r["rank"], sent, r["planned_comm_bytes"])
+    assert r["checkpoint_bytes"] == r["planned_checkpoint_bytes"], r["rank"]
+
+
+@pytest.mark.slow
+def test_530b_first_middle_and_last_stage_as_planned_and_the_paper_layout_fits():
+    """The 530B preset's first, a middle and the last stage, 35 micro-batches a step (every micro-batch the first
+    stage holds in flight: its real peak), as planned; the first stage fits 80 GB. The control: recompute off at
+    micro-batch 2, which the planner says does not fit, is over 80 GB in the dry run too."""
+    paper = plan_dry_run("--preset", "mtnlg-530b", "--micro-batches", "35")
+    assert [(r["rank"], r["stage"], r["layers"]) for r in paper] == [(0, 0, 3), (1088, 17, 3), (2176, 34, 3)]
+    for r in paper: assert_as_planned(r)
+    assert max(r["peak_bytes"] for r in paper) < GB80
+    over = plan_dry_run("--preset", "mtnlg-530b", "--set", "parallel.checkpoint_activations=0", "--micro-batch", "2",
+                        "--micro-batches", "35", "--ranks", "0")[0]
+    assert_as_planned(over)
+    assert over["peak_bytes"] > GB80 and over["planned_bytes"] > GB80
+    # another TP and DP rank of a stage: its own ZeRO partition and TP slice (no LayerNorms above TP rank 0)
+    other = plan_dry_run("--preset", "mtnlg-530b", "--micro-batches", "2", "--ranks", "1999")[0]
+    assert (other["tp_rank"], other["dp_rank"], other["stage"]) == (7, 1, 31)
+    assert other["checkpoint_bytes"] == other["planned_checkpoint_bytes"]
+
+
+@pytest.mark.slow
+def test_counting_on_fake_tensors_equals_real_tensors():
+    "A small model's rank, once on real tensors and once on fake ones (the CPU's kernels both times): same bytes."
+    code = """
+import json
+import mtnlg.dryrun as D
+from mtnlg.config import load_config
+cfg = load_config("tiny", overrides=dict(tp=2, pp=2, dp=2, micro_batch=2, global_batch=16, precision="bf16",
+                                         layers=4, hidden=256, heads=4, seq=256))
+runs = [D.dry_run(cfg, rank, micro_batches=4, fake=fake, gpu_kernels=False) for rank in (0, 4) for fake in (False, True)]
+print(json.dumps([dict(r["measured"], peak=r["peak_bytes"]) for r in runs]))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr[-4000:]
+    real0, fake0, real4, fake4 = json.loads(p.stdout.strip().splitlines()[-1])
+    for real, fake in ((real0, fake0), (real4, fake4)):
+        assert real["peak"] > 0 and all(abs(fake[k] - real[k]) <= 0.01 * real["peak"] for k in real), (real, fake)
+
+
+def run_cli(*argv) -> tuple[int, str]:
+    "`mtnlg` in this process: (exit code, what it wrote to stderr)."
+    from mtnlg.cli import main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try: rc = main(list(argv))
+        except SystemExit as e: rc = e.code
+    return rc, err.getvalue()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--preset", "mtnlg-530b", "--ranks", "2240"], "--ranks: 2240 is outside the layout's 2240 ranks: use 0 to 2239"),
+    (["--preset", "mtnlg-530b", "--ranks", "first"], "is not a comma-separated list of ranks"),
+    (["--preset", "mtnlg-530b", "--tp", "3"], "does not divide"),
+    (["--preset", "mtnlg-999b"], "mtnlg-999b"),
+    (["--preset", "mtnlg-530b", "--dry-steps", "0"], "--dry-steps: 0 is not a number of steps"),
+])
+def test_bad_input_is_one_line_before_any_rank_is_built(argv, says):
+    rc, err = run_cli("plan", "--dry-run", *argv)
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
