@@ -27,6 +27,12 @@ def _slowest(topo, x: float) -> float:
     return t.item()
 
 
+def _fragment_bytes(engine, topo, cfg) -> int:
+    "Bytes this rank writes in a save (its fragment of the masters and both moments)."
+    from mtnlg.checkpoint import save_items
+    return sum(t.numel() * t.element_size() for *_, t in save_items(engine, topo, cfg, moments=True))
+
+
 def save_worker(a):
     "Launch 1: sync and async saves of the same training steps; stalls and step times."
     import torch, torch.distributed as dist
@@ -64,7 +70,8 @@ def save_worker(a):
                 if done is not None and committed is None: committed = i
             drain, _ = timed(saver.wait)                          # a save still in flight at the window's end
             rounds.append(dict(mode=mode, stall_s=stall, step_s=steps, committed_after_steps=committed,
-                               drain_s=drain, window_s=sum(steps) + stall + drain))
+                               drain_s=drain, window_s=sum(steps) + stall + drain, waited_s=saver.waited_s,
+                               bytes_per_rank=_slowest(topo, float(_fragment_bytes(engine, topo, cfg)))))
     if topo.rank == 0: Path(a.result).write_text(json.dumps(dict(base_step_s=base, rounds=rounds)))
     shutdown()
 
@@ -77,7 +84,8 @@ def load_worker(a):
     from mtnlg.topology import init_distributed, shutdown
     from mtnlg.model import init_parameters
     from mtnlg.pipeline import build_pipeline, build_engine
-    from mtnlg.checkpoint import load_checkpoint, latest_checkpoint, engine_state, ADAM_KEYS, _LoadPlanner
+    from mtnlg.checkpoint import load_checkpoint, engine_state, ADAM_KEYS, _LoadPlanner
+    from mtnlg.checkpoint_folders import latest_checkpoint
     cfg = _cfg(a, 1, 2, 4)
     topo = init_distributed(cfg.parallel, timeout_s=600, run_cfg=cfg)
     engine = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True))
@@ -138,6 +146,8 @@ def main():
                    async_committed_after_steps=[r["committed_after_steps"] for r in saves["rounds"]
                                                 if r["mode"] == "async"])
     summary["stall_ratio_async_over_sync"] = summary["stall_s"]["async"] / summary["stall_s"]["sync"]
+    summary["async_stall_over_step"] = summary["stall_s"]["async"] / base
+    summary["bytes_per_rank"] = max(r["bytes_per_rank"] for r in saves["rounds"])
     summary["window_ratio_async_over_sync"] = summary["window_s"]["async"] / summary["window_s"]["sync"]
     summary["step_while_writing_over_base"] = during / base
     ranks = loads["ranks"]
@@ -158,7 +168,8 @@ def main():
     s, l = summary, summary["load_new_layout"]
     print(f"{params / 1e6:.1f}M parameters, TP2 x PP2 x DP2 bf16, median of {a.repeat} windows of {a.window} steps:")
     print(f"  save stall      sync {s['stall_s']['sync']:.3f} s   async {s['stall_s']['async']:.3f} s   "
-          f"(async/sync {s['stall_ratio_async_over_sync']:.2f})")
+          f"(async/sync {s['stall_ratio_async_over_sync']:.3f}; {s['async_stall_over_step']:.3f} of a step); "
+          f"{s['bytes_per_rank'] / 2 ** 20:.0f} MiB written per rank")
     print(f"  window          sync {s['window_s']['sync']:.3f} s   async {s['window_s']['async']:.3f} s   "
           f"(async/sync {s['window_ratio_async_over_sync']:.2f})")
     print(f"  step            alone {base:.3f} s   while an async save writes {during:.3f} s "

@@ -4,8 +4,8 @@
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000003
 from __future__ import annotations
-import contextlib, dataclasses, hashlib, io, itertools, json, math, os, pickle, random, shutil, socket, struct, threading
-import time, uuid, zipfile
+import dataclasses, hashlib, io, itertools, json, math, os, pickle, random, shutil, struct, threading
+import time, weakref, zipfile
 from pathlib import Path
 import numpy as np
 import torch
@@ -21,16 +21,16 @@ from torch.futures import Future
 from .config import (ConfigError, ModelConfig, RunConfig, atomic_file, atomic_write_text, fsync_dir,
                           save_config)
 from .model import full_shapes, tp_row_runs, split_kind
+from .checkpoint_folders import (DIGESTS, CheckpointError, fresh_step_folder, make_folder,
+                                      prune_checkpoints, reading, step_tag)
 from . import patches
 from .topology import seed_all
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'DIGESTS', 'READERS', 'LEASE_STALE_S', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'CheckpointError',
-           'write_pieces', 'dcp_metadata', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state',
-           'atomic_save', 'step_tag', 'latest_checkpoint', 'clean_partial', 'live_leases', 'reading',
-           'prune_checkpoints', 'save_items', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes',
-           'check_checkpoint', 'same_layout', 'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors',
-           'write_weights']
+__all__ = ['ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
+           'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save', 'save_items',
+           'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout', 'check_rng',
+           'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000007
 def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
@@ -85,9 +85,6 @@ class _LoadPlanner(DefaultLoadPlanner):
         obj = self.state_dict[index.fqn]
         return obj.at(index.offset) if isinstance(obj, Pieces) else super().lookup_tensor(index)
 
-class CheckpointError(RuntimeError):
-    "A checkpoint could not be written or read back; the message says where and what to do."
-
 # %% ../nbs/04b_checkpoint.ipynb #ck000031
 def _exact(t: torch.Tensor) -> bool:
     "Whether `torch.save(t)` writes exactly `t`'s values, row-major (not a view into a larger storage)."
@@ -121,8 +118,29 @@ def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
         os.fsync(raw.fileno())
     return out, f.sha.hexdigest()
 
+def tiling_fault(size, chunks) -> str | None:
+    "Why pieces [(offsets, sizes)] do not tile a tensor of `size` (<= 2-D) exactly: a gap or overlap; None if they do."
+    rows, cols = (list(size) + [1, 1])[:2] if size else (1, 1)
+    rects = sorted((o[0] if o else 0, (o[0] + s[0]) if s else 1, o[1] if len(o) > 1 else 0,
+                    (o[1] + s[1]) if len(s) > 1 else 1) for o, s in chunks)
+    outside = [r for r in rects if r[0] < 0 or r[1] > rows or r[2] < 0 or r[3] > cols or r[0] >= r[1]]
+    if outside: return f"a piece at rows {outside[0][0]}-{outside[0][1]}, columns {outside[0][2]}-{outside[0][3]} outside"
+    cuts, active, i = sorted({0, rows} | {r for a, b, _, _ in rects for r in (a, b)}), [], 0
+    for lo, hi in zip(cuts, cuts[1:]):                  # bands of rows in which no piece starts or ends
+        while i < len(rects) and rects[i][0] <= lo:
+            active.append(rects[i])
+            i += 1
+        active = [r for r in active if r[1] > lo]
+        at = 0
+        for _, _, c0, c1 in sorted(active, key=lambda r: r[2]):
+            if c0 != at: return f"rows {lo}-{hi}, columns {min(at, c0)}-{max(at, c0)} " + \
+                                ("missing" if c0 > at else "written twice")
+            at = c1
+        if at != cols: return f"rows {lo}-{hi}, columns {at}-{cols} missing"
+    return None
+
 def dcp_metadata(records) -> Metadata:
-    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless each tensor is covered once."
+    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless they tile each tensor."
     tensors, where = {}, {}
     for key, size, offsets, sizes, dtype, file, start, length in records:
         md = tensors.setdefault(key, TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), []))
@@ -130,22 +148,13 @@ def dcp_metadata(records) -> Metadata:
                                                                                                   length)
         md.chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
     for key, md in tensors.items():
-        got, want = sum(math.prod(c.sizes) for c in md.chunks), math.prod(md.size)
-        if got != want or len({tuple(c.offsets) for c in md.chunks}) != len(md.chunks):
-            raise CheckpointError(f"{key}: the ranks wrote {got} of its {want} values (or a piece twice); the "
-                                  "checkpoint would not hold the model, so it is not completed")
+        fault = tiling_fault(md.size, [(c.offsets, c.sizes) for c in md.chunks])
+        if fault:
+            raise CheckpointError(f"{key}: the ranks' pieces do not tile it ({fault}); the checkpoint would not "
+                                  "hold the model, so it is not completed")
     return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
                     version=CURRENT_DCP_VERSION)
 
-def _make_dir(d: Path):
-    "Create folder `d` and its missing parents so that every new name survives a crash (each parent fsync'd)."
-    missing, p = [], Path(d)
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for q in reversed(missing):
-        q.mkdir(exist_ok=True)
-        fsync_dir(q.parent)
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000035
 class _Range(io.RawIOBase):
@@ -319,93 +328,6 @@ def atomic_save(obj, path):
     "`torch.save` to `path` atomically and durably (fsync'd before the rename)."
     with atomic_file(path, "wb") as f: torch.save(obj, f)
 
-# %% ../nbs/04b_checkpoint.ipynb #ck000017
-def step_tag(step: int) -> str: return f"step{step:08d}"
-
-def latest_checkpoint(run_dir) -> Path | None:
-    "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest."
-    base = Path(run_dir) / "checkpoints"
-    if not base.is_dir(): return None
-    named = base / (base / "latest").read_text().strip() if (base / "latest").is_file() else None
-    if named is not None and (named / "COMPLETE").exists(): return named
-    done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
-    return done[-1] if done else None
-
-def clean_partial(run_dir) -> list[Path]:
-    "Remove checkpoint folders a killed run left unfinished (no COMPLETE); returns them."
-    base = Path(run_dir) / "checkpoints"
-    bad = ([p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir()
-           else [])
-    for p in bad: shutil.rmtree(p, ignore_errors=True)
-    return bad
-
-DIGESTS = "digests.json"               # in each checkpoint: the sha256 of every data file
-READERS = ".readers"                  # beside the checkpoint folders: one lease file per reader
-LEASE_STALE_S = 24 * 3600             # another host's lease older than this is a dead reader's
-
-def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
-    return True
-
-def live_leases(ck) -> list[Path]:
-    "The leases readers hold on checkpoint folder `ck`; a dead reader's (process gone, or stale) are removed."
-    ck, here, out = Path(ck), socket.gethostname(), []
-    for f in (ck.parent / READERS).glob(f"{ck.name}@*"):
-        _, host, pid, _ = f.name.split("@")
-        try: age = time.time() - f.stat().st_mtime
-        except FileNotFoundError: continue
-        if (host == here and not _alive(int(pid))) or age > LEASE_STALE_S: f.unlink(missing_ok=True)
-        else: out.append(f)
-    return out
-
-def _inject_read_gate():
-    "Fault injection for tests: `MTNLG_INJECT_READ_GATE=PATH` makes a reader (lease held) wait for file PATH."
-    gate = os.environ.get("MTNLG_INJECT_READ_GATE")
-    if not gate: return
-    Path(gate + ".held").touch()
-    for _ in range(6000):
-        if Path(gate).exists(): return
-        time.sleep(0.1)
-
-@contextlib.contextmanager
-def reading(ck):
-    "Hold a reader's lease on checkpoint folder `ck` inside the block: `prune_checkpoints` leaves it alone."
-    ck = Path(ck)
-    lease = ck.parent / READERS / f"{ck.name}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
-    try:
-        lease.parent.mkdir(exist_ok=True)
-        lease.touch()
-    except OSError: lease = None                      # a read-only place: nothing there is pruned either
-    try:
-        if not (ck / "COMPLETE").exists():
-            raise ConfigError(f"{ck} is not a complete checkpoint (no COMPLETE: a partial write, or pruned); use "
-                              "another step or the run's checkpoints/latest")
-        _inject_read_gate()
-        yield ck
-    finally:
-        if lease is not None: lease.unlink(missing_ok=True)
-
-def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
-    "Delete complete checkpoints beyond the newest `keep_last` (0: all kept), except latest, `protect`, leased."
-    base = Path(run_dir) / "checkpoints"
-    done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
-    if not keep_last: return []
-    keep = set(done[-keep_last:]) | {latest_checkpoint(run_dir)} | {Path(p) for p in protect if p}
-    gone = []
-    for p in done:
-        if p in keep or live_leases(p): continue
-        (p / "COMPLETE").unlink()                     # no longer a checkpoint, even if the removal stops
-        fsync_dir(p)
-        if live_leases(p):                            # a reader came in between: it stays
-            atomic_write_text(p / "COMPLETE", "")
-            continue
-        shutil.rmtree(p, ignore_errors=True)
-        gone.append(p)
-    if gone: fsync_dir(base)
-    return gone
-
 # %% ../nbs/04b_checkpoint.ipynb #ck000019
 def _all_ranks(flag: bool, topo) -> bool:
     "Whether `flag` holds on every rank (an all-reduce)."
@@ -430,6 +352,23 @@ def _hold_steps() -> int:
     "Fault injection for tests: `MTNLG_INJECT_HOLD_WRITE=N` holds an async save's writing for N more steps."
     return int(os.environ.get("MTNLG_INJECT_HOLD_WRITE", "0"))
 
+def _slow_staging():
+    "Fault injection for tests: `MTNLG_INJECT_SLOW_STAGING=S` starts an async save's copy S seconds late."
+    time.sleep(float(os.environ.get("MTNLG_INJECT_SLOW_STAGING", "0")))
+
+_STAGING = weakref.WeakKeyDictionary()          # optimizer -> the event of the copy its next step must wait for
+
+def _guard_optimizer(optimizer):
+    "Make `optimizer.step` (the only change to the saved state) wait for an async save's copy; once per optimizer."
+    if optimizer in _STAGING: return
+    step = optimizer.step
+    def step_after_staging(*args, **kwargs):
+        _STAGING[optimizer].wait()
+        return step(*args, **kwargs)
+    optimizer.step = step_after_staging          # an instance attribute: DeepSpeed calls `self.optimizer.step()`
+    _STAGING[optimizer] = threading.Event()
+    _STAGING[optimizer].set()
+
 def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
             protect=()):
     "Make folder `d` a checkpoint (one process): `.metadata`, digests, state, config; then `COMPLETE`; then `latest`."
@@ -453,63 +392,104 @@ class _Save:
     state: dict
     held: threading.Event
     thread: threading.Thread | None = None
-    records: list | None = None
-    digest: str | None = None
-    error: BaseException | None = None
+    staged: threading.Event | None = None     # async: set once the pieces are copied (the optimizer may step)
+    error: str | None = None                  # why the save failed, the same on every rank
     steps_since: int = 0
 
-def save_items(engine, topo, cfg: RunConfig) -> list[tuple]:
-    "This rank's pieces of a save, [(key, full size, offsets, tensor view)], as a save writes them (a collective)."
+def save_items(engine, topo, cfg: RunConfig, moments: bool | None = None) -> list[tuple]:
+    "This rank's pieces of a save, [(key, full size, offsets, tensor view)] (`moments` None: asked of all ranks)."
     _link_optimizer_state(engine)
-    keys = ("model",) + (ADAM_KEYS if _has_moments(engine, topo) else ())
+    moments = _has_moments(engine, topo) if moments is None else moments
+    keys = ("model",) + (ADAM_KEYS if moments else ())
     return [(k, p.size(), off, t) for k, p in engine_state(engine, cfg, keys, saving=True).items()
             for off, _, t in p.rects]
+
+def _attempt(fn) -> str | None:
+    "Run `fn`; None, or what went wrong (sent to the other ranks)."
+    try: fn()
+    except Exception as e: return f"{type(e).__name__}: {e}"
+    return None
 
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
     def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
         self.topo, self.cfg, self.run = topo, cfg, Path(run_dir)
-        self.protect, self.pending = [p for p in protect if p], None
+        self.protect, self.pending, self.moments, self.waited_s = [p for p in protect if p], None, False, 0.0
+        self.parallel = dist.is_initialized() and topo.world_size > 1
+        # the writers' own group: their collectives run beside training's (torch's async_save does the same)
+        self.group = dist.new_group(backend="gloo") if self.parallel and cfg.async_checkpoint else None
 
     def save(self, engine, state: dict) -> Path:
         "Checkpoint step `state['step']` (every rank calls this); its folder, complete unless async."
+        t0 = time.perf_counter()
         self.wait()                                               # at most one save in flight
-        d, topo = self.run / "checkpoints" / step_tag(state["step"]), self.topo
-        if topo.rank == 0:
-            clean_partial(self.run)
-            shutil.rmtree(d, ignore_errors=True)
-            _make_dir(d)
-        dist.barrier()
-        items = save_items(engine, topo, self.cfg)
-        job, rng = _Save(d, dict(state), threading.Event()), rng_state()
-        self.pending = job
+        self.waited_s += time.perf_counter() - t0
+        self.moments = self.moments or _has_moments(engine, self.topo)    # a collective until the moments exist
+        items = save_items(engine, self.topo, self.cfg, self.moments)
+        job = _Save(self.run / "checkpoints" / step_tag(state["step"]), dict(state), threading.Event())
+        rng, self.pending = rng_state(), job
         if not self.cfg.async_checkpoint:
             self._write(job, items, rng)
             return self.wait()
-        items = [(k, size, off, t.detach().to("cpu", copy=True)) for k, size, off, t in items]   # staged
-        job.thread = threading.Thread(target=self._write, args=(job, items, rng), daemon=True)
+        _guard_optimizer(engine.optimizer)
+        job.staged = _STAGING[engine.optimizer] = threading.Event()      # cleared: the next step waits for it
+        job.thread = threading.Thread(target=self._stage_and_write, args=(job, items, rng), daemon=True)
         job.thread.start()
-        return d
+        return job.folder
+
+    def _stage_and_write(self, job: _Save, items: list, rng: dict):
+        "The writer thread: copy the pieces (beside the next forward and backward), let the optimizer step, write."
+        try:
+            _slow_staging()
+            items = [(k, size, off, t.detach().to("cpu", copy=True)) for k, size, off, t in items]
+        except Exception as e: job.error = f"staging: {type(e).__name__}: {e}"
+        finally: job.staged.set()
+        self._write(job, items, rng)
+
+    def _from_rank0(self, obj):
+        "Rank 0's `obj` on every rank (a collective of the writers' group)."
+        if not self.parallel: return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
 
     def _write(self, job: _Save, items: list, rng: dict):
-        "This rank's data file and random state, durably (in the writer thread when async)."
-        try:
-            if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
-            step, rank = job.state["step"], self.topo.rank
-            job.records, job.digest = write_pieces(job.folder / f"__{rank}_0.distcp", items,
-                                                   after_each=lambda i: _inject_kill("data", step, rank))
+        "Every rank (in the writer thread when async): rank 0 prepares the folder, each writes, rank 0 commits."
+        step, rank = job.state["step"], self.topo.rank
+        if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
+        failed = self._from_rank0(_attempt(lambda: fresh_step_folder(self.run, step)) if rank == 0 else None)
+        out = {}
+        def write():
+            out["records"], out["digest"] = write_pieces(job.folder / f"__{rank}_0.distcp", items,
+                                                         after_each=lambda i: _inject_kill("data", step, rank))
             atomic_save(rng, job.folder / "rng" / f"rank{rank:05d}.pt")
             fsync_dir(job.folder)                                 # the data file's and rng/'s names
-        except BaseException as e: job.error = e
+        if failed is None: failed = job.error or _attempt(write)              # (a failed copy: nothing to write)
+        else: failed = f"rank 0 could not prepare the folder: {failed}"
+        mine = (out.get("records"), out.get("digest"), failed)
+        written = [None] * self.topo.world_size if rank == 0 else None
+        if self.parallel: dist.gather_object(mine, written, dst=0, group=self.group)
+        else: written = [mine]
+        if rank == 0:
+            bad = [(r, why) for r, (_, _, why) in enumerate(written) if why]
+            failed = f"rank {bad[0][0]}: {bad[0][1]}" if bad else _attempt(lambda: self._commit(job, written))
+        job.error = self._from_rank0(failed)
+
+    def _commit(self, job: _Save, written: list):
+        "Rank 0, with every rank's (records, digest): the folder becomes the checkpoint, `latest` names it."
+        layout = dict(tp=self.topo.tp, pp=self.topo.pp, dp=self.topo.dp,
+                      partition_method=self.cfg.parallel.partition_method)
+        records = [r for rs, _, _ in written for r in rs]
+        digests = {f"__{r}_0.distcp": sha for r, (_, sha, _) in enumerate(written)}        # every rank's file
+        _commit(job.folder, records, digests, job.state, self.cfg, layout, self.run, self.protect)
 
     def poll(self) -> Path | None:
-        "After every step: commit the save in flight once every rank has written it (a collective); its folder."
+        "After every step: the folder of the save in flight once committed (no collective); raises if it failed."
         job = self.pending
         if job is None: return None
         job.steps_since += 1
         if job.steps_since >= _hold_steps(): job.held.set()
-        if not _all_ranks(not job.thread.is_alive(), self.topo): return None
-        return self._finalize()
+        return None if job.thread.is_alive() else self._done()
 
     def wait(self) -> Path | None:
         "Block until the save in flight is committed; its folder (None when there was none)."
@@ -517,31 +497,19 @@ class Checkpointer:
         if job is None: return None
         job.held.set()
         if job.thread is not None: job.thread.join()
-        return self._finalize()
+        return self._done()
 
     def abandon(self):
-        "After a failure: let this rank's writer finish its files, commit nothing (no collective)."
+        "After a failure: wait for nothing (a writer stuck in a collective with a failed rank ends with the process)."
         job, self.pending = self.pending, None
-        if job is not None and job.thread is not None:
-            job.held.set()
-            job.thread.join()
+        if job is not None: job.held.set()
 
-    def _finalize(self) -> Path:
-        "Every rank's files are on disk: rank 0 commits with every rank's records."
-        job, self.pending, topo = self.pending, None, self.topo
-        if not _all_ranks(job.error is None, topo):
-            why = f"this rank failed: {job.error!r}" if job.error else "another rank failed (see its log)"
-            raise CheckpointError(f"rank {topo.rank}: writing {job.folder} failed ({why}); the checkpoint is not "
-                                  f"completed, the previous one stays latest; fix the cause and --resume")
-        written = [None] * topo.world_size if topo.rank == 0 else None
-        dist.gather_object((job.records, job.digest), written, dst=0)
-        if topo.rank == 0:
-            layout = dict(tp=topo.tp, pp=topo.pp, dp=topo.dp,
-                          partition_method=self.cfg.parallel.partition_method)
-            records = [r for rs, _ in written for r in rs]
-            digests = {f"__{r}_0.distcp": sha for r, (_, sha) in enumerate(written)}      # every rank's file
-            _commit(job.folder, records, digests, job.state, self.cfg, layout, self.run, self.protect)
-        if not self.cfg.async_checkpoint: dist.barrier()        # a sync save returns once committed
+    def _done(self) -> Path:
+        job, self.pending = self.pending, None
+        if job.error:
+            raise CheckpointError(f"rank {self.topo.rank}: saving {job.folder} failed ({job.error}); the "
+                                  "checkpoint is not completed, the previous one stays latest; fix the cause "
+                                  "and --resume")
         return job.folder
 
 def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=()) -> Path:
@@ -646,7 +614,7 @@ def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path
     "A weights-only checkpoint folder `ck` of model `cfg`; `tensor(name)` makes each whole fp32 tensor, in turn."
     ck = Path(ck)
     shutil.rmtree(ck, ignore_errors=True)
-    _make_dir(ck)
+    make_folder(ck)
     items = [(f"model/{n}", s, [0] * len(s), lambda n=n: tensor(n).float())
              for n, s in full_shapes(cfg.model).items()]
     records, sha = write_pieces(ck / "__0_0.distcp", items)

@@ -83,6 +83,19 @@ class ParallelConfig:
     gpus_per_node: int = 8          # GPUs (or processes) per node; tp must not exceed it on GPU clusters
     grad_reduce_dtype: str = "fp32" # bf16 runs' data-parallel gradient all-reduce: fp32 (Megatron's rule for bf16)
                                     # or bf16 (DeepSpeed's default: half the bytes, each gradient rounded to bf16)
+    bias_in_gemm: bool = False      # tp=1: a block's four linears add their bias inside the GEMM (one addmm each,
+                                    # cuBLASLt's epilogue on a GPU) instead of an add after it; same math
+    one_pass_loss: bool = False     # the loss's max, sum of exponentials and label logit in one compiled pass over
+                                    # the logits, its gradient recomputed from them (no fp32 blocks, no kept exp)
+    sync_free_step: bool = False    # bf16: the optimizer step clips and skips a non-finite step on the device
+                                    # (fused AdamW's found_inf); the host reads the skip flag once, at the end
+    compile_once: bool = False      # with compile: the attention (its RNG fork and SDPA) left out of the compiled
+                                    # code, two graphs a block on every torch version, built once for all blocks
+    fused_dropout_add: bool = False # a block's dropouts and residual adds each one compiled kernel (its masks are
+                                    # inductor's: the same distribution, other samples than eager's)
+    packed_qkv_grad: bool = False   # q/k/v's gradients handed to the projection in its layout, without a copy, when
+                                    # SDPA's backward hands them packed (on a GPU it asks for the memory-efficient
+                                    # kernel, which has packed them; benchmarks/gpu_ladder.py checks it does)
 
     @property
     def world_size(self): return self.tp * self.pp * self.dp

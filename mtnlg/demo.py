@@ -9,7 +9,7 @@ from pathlib import Path
 import mtnlg
 from .config import load_config, ConfigError, EvalError, RunConfig, atomic_write_text
 from .topology import shutdown
-from .checkpoint import latest_checkpoint
+from .checkpoint_folders import latest_checkpoint
 from .tasks import default_data_root, parse_shots, parse_tasks, task_source
 from .runs import checkpoint_identity, run_tokenizer
 from .corpus import prepare_demo_corpus

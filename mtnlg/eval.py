@@ -18,9 +18,10 @@ from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
 from .tasks import (SELECTABLE, TASKS, VARIANTS, ENV_DATA, lm_eval_task, load_docs, parse_tasks, task_config,
-                         task_shots, task_source, task_yaml)
-from .runs import (checkpoint_identity, find_checkpoint, hf_identity, hf_tokenizer, inference_config,
-                        run_tokenizer)
+                         task_shots, task_source, task_yaml, check_seed)
+from .checkpoint_folders import CheckpointError, agreed_checkpoint, reading
+from .runs import (checkpoint_identity, eval_folder, find_checkpoint, hf_identity, hf_tokenizer,
+                        inference_config, run_tokenizer, step_of)
 from .jobs import launch_ranks, place, rank_entry, under_launcher
 from .generate import Generator, HFDecoder, ModelDecoder, Stage, generate_until, lm_eval_sampling
 from .results import result_path, provenance, results_table, reusable, write_report
@@ -194,9 +195,9 @@ def pipeline_scorer(engine, topo, batch_size: int = 8, in_flight: int | None = N
 # %% ../nbs/07_eval.ipynb #5e1a000e
 class MtnlgLM(TemplateLM):
     "lm-eval `LM` over a `TokenScorer` (the project's GPT in one process or a TP x PP engine, an HF model)."
-    def __init__(self, scorer, tokenizer=None, generator=None):
+    def __init__(self, scorer, tokenizer=None, generator=None, seed: int = 1234):
         super().__init__()
-        self.scorer, self.tok = scorer, tokenizer or get_tokenizer("gpt2")
+        self.scorer, self.tok, self.seed = scorer, tokenizer or get_tokenizer("gpt2"), seed   # seed: generations
         # a `mtnlg.generate.Generator`, or a function making one; by default one over the scorer's own model
         if generator is None and getattr(scorer, "decoder", None) is not None:
             generator = lambda: scorer_generator(scorer, self.tok)
@@ -233,7 +234,7 @@ class MtnlgLM(TemplateLM):
         if self.generator is not None:
             # made on first use
             if not isinstance(self.generator, Generator): self.generator = self.generator()
-            return generate_until(self.generator, [r.args for r in requests])
+            return generate_until(self.generator, [r.args for r in requests], seed=self.seed)
         settings = [lm_eval_sampling(kw) for _, kw in [r.args for r in requests]]    # every kwarg checked first
         if any(s.do_sample for s in settings):
             raise EvalError("a generative task asks to sample but this scorer decodes greedily only: "
@@ -464,7 +465,9 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
         task_source(name, data)
     tokenizer = tokenizer or getattr(scorer, "tok", None) or get_tokenizer("gpt2")
     # generator: what decodes lm-eval's generative tasks (`generate_until`)
+    check_seed(seed)
     lm = scorer if isinstance(scorer, LM) else MtnlgLM(scorer, tokenizer, generator)
+    if isinstance(lm, MtnlgLM): lm.seed = seed
     results = []
     if log and model is not None and not reusable(model):
         log(f"{model.get('checkpoint')}: {model.get('unidentified', 'no content fingerprint: scores not reused')}")
@@ -495,10 +498,12 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
 
 # %% ../nbs/07_eval.ipynb #0b6e96a7
 def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32",
-                        dp: int = 1):
+                        dp: int = 1, step: int | None = None):
     "(`TokenScorer` over the run's model at a tp x pp x dp layout, checkpoint folder); call it on every rank."
-    cfg, ck = inference_config(run_dir, tp, pp, precision, dp)
+    cfg, ck = inference_config(run_dir, tp, pp, precision, dp, step)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
+    try: ck = agreed_checkpoint(lambda: ck, topo)                # rank 0's, seen alike by every rank
+    except CheckpointError as e: raise EvalError(str(e)) from None
     # no `cpu_malloc_reuse` here: evaluation's shapes change batch to batch, and on glibc's heap without mmap the
     # freed logits of one shape do not fit the next, so memory grows with the run (benchmarks/eval_malloc.py: peak
     # 1.7x glibc's defaults in one process over 100 HellaSwag 5-shot documents; TP2 x PP2 x DP2 ranks were killed at
@@ -523,6 +528,8 @@ def cli_parser(parser):
     src.add_argument("--checkpoint", metavar="RUN_DIR",
                      help="run directory of `mtnlg train` (config.json + checkpoints/)")
     src.add_argument("--hf-model", metavar="DIR", help="local transformers GPT-2 directory instead of a run")
+    parser.add_argument("--step", type=int, default=None,
+                        help="the run's checkpoint of this step (default: the run's latest)")
     parser.add_argument("--tasks", default="paper",
                         help=f"comma-separated tasks, or 'paper' (every task whose data "
                         f"is present; 'all' is the same): {', '.join(TASKS)}; variants: {', '.join(VARIANTS)}")
@@ -536,7 +543,7 @@ def cli_parser(parser):
     parser.add_argument("--out", default=None,
                         help="results folder (default: CHECKPOINT_FOLDER/eval or DIR/eval)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
-    parser.add_argument("--seed", type=int, default=1234, help="seed of lm-eval's k-shot example draw")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of every random choice: shot draws, lm-eval/numpy/torch, generation streams")
     parser.add_argument("--tp", type=int, default=1,
                         help="tensor-parallel size of the evaluation layout (--checkpoint)")
     parser.add_argument("--pp", type=int, default=1,
@@ -557,24 +564,22 @@ def cli_run(args) -> int:
     except EvalError as e:
         print(f"mtnlg eval: {e}", file=sys.stderr); return 2
 
-def _ck_folder(ck) -> Path:
-    ck = Path(ck)
-    return ck if ck.is_dir() else ck.parent
-
 def _out_dir(args, ck=None) -> Path:
     if args.out: return Path(args.out)
     if args.hf_model: return Path(args.hf_model) / "eval"
-    return _ck_folder(ck or find_checkpoint(args.checkpoint)) / "eval"
+    return eval_folder(ck or find_checkpoint(args.checkpoint, args.step))
 
 def _print_results(res, args, out):
     if args.json: print(json.dumps({f"{r['task']}/{r['shots']}shot": r["accuracy"] for r in res}, indent=1))
     else: print(results_table(res).to_string()); print(f"results in {out}")
 
 def _cli_run(args) -> int:
-    from contextlib import nullcontext, redirect_stdout
+    import contextlib
+    from contextlib import redirect_stdout
     rank0 = int(os.environ.get("RANK", 0)) == 0
     say = (lambda m: print(m, file=sys.stderr)) if rank0 else None
     if args.limit is not None and args.limit < 1: raise EvalError(f"--limit {args.limit}: want >= 1")
+    check_seed(args.seed)
     names = parse_tasks(args.tasks, args.data, say)
     for n in names:                                         # bad input fails before the model loads
         task_shots(n, args.shots)
@@ -595,16 +600,18 @@ def _cli_run(args) -> int:
                         "run folder of `mtnlg train`")
     if args.checkpoint and world > 1 and not under_launcher(): return _launch(args, names)
     parallel = world > 1
-    # --json: stdout carries only the JSON
-    with redirect_stdout(sys.stderr) if args.json else nullcontext():
+    with contextlib.ExitStack() as held:
+        if args.json: held.enter_context(redirect_stdout(sys.stderr))    # --json: stdout carries only the JSON
         if args.hf_model:
             tok = hf_tokenizer(args.hf_model)                   # refuses a foreign tokenizer before any load
             scorer, ck = hf_scorer(args.hf_model, args.batch_size), None
             model = hf_identity(args.hf_model)
         else:
             prec = {"precision": args.precision} if args.precision != "fp32" else {}
+            # the lease is held for the whole evaluation: the checkpoint it names is not pruned meanwhile
+            ck = held.enter_context(reading(find_checkpoint(args.checkpoint, args.step)))
             scorer, ck = load_model_for_eval(args.checkpoint, args.batch_size, args.tp, args.pp, dp=args.dp,
-                                             **prec)
+                                             step=step_of(ck), **prec)
             tok = run_tokenizer(args.checkpoint)
             # bf16 and fp32 scores differ: the precision is part of what produced them
             model = {**checkpoint_identity(ck, args.checkpoint), "precision": args.precision}
@@ -628,13 +635,14 @@ def _rank_argv(args) -> list[str]:
     argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots,
             "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp",
             str(args.pp), "--dp", str(args.dp), "--precision", args.precision]
-    for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out)):
+    for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out), ("--step", args.step)):
         if v is not None: argv += [flag, str(v)]
     return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])
 
 def _launch(args, names) -> int:
     "Check the layout, run `python -m mtnlg.eval` on tp x pp x dp processes, print rank 0's results."
-    _, ck = inference_config(args.checkpoint, args.tp, args.pp, dp=args.dp)   # a misfit fails before any process
+    _, ck = inference_config(args.checkpoint, args.tp, args.pp, dp=args.dp, step=args.step)   # before any process
+    args.step = step_of(ck)                                         # every rank reads this one
     placement = place(args.tp, args.pp, args.dp)                    # ranks in all, TP inside a node, or refused
     out, n = _out_dir(args, ck), placement.ranks
     # --json: stdout keeps only the JSON

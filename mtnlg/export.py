@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from .config import EvalError, ModelConfig, RunConfig, atomic_path, fsync_dir, load_config, save_config
 from .model import full_shapes
-from .checkpoint import (CheckpointReader, check_checkpoint, read_tensors, reading, step_tag,
-                              write_weights)
+from .checkpoint_folders import reading, step_tag
+from .checkpoint import CheckpointReader, check_checkpoint, read_tensors, write_weights
 from .tokenizer import gpt2_files
 from .runs import find_checkpoint
 

@@ -16,7 +16,8 @@ from .config import EvalError, ModelConfig, RunConfig, atomic_write_text
 from .topology import init_distributed, shutdown
 from .model import Embedding, Block, FinalNorm, Head, FullInit, tied_logits
 from .checkpoint import load_weights, write_weights
-from .runs import hf_tokenizer, inference_config, is_hf_model_dir, run_tokenizer
+from .checkpoint_folders import CheckpointError, agreed_checkpoint
+from .runs import find_checkpoint, hf_tokenizer, inference_config, is_hf_model_dir, run_tokenizer, step_of
 from .jobs import launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
@@ -399,8 +400,8 @@ class Generator:
         return max(shown, end)
 
 # %% ../nbs/13_generate.ipynb #2c107d1b
-def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") -> Generator:
-    "A `Generator` over a run folder of `mtnlg train` (any TP x PP: call on every rank) or an HF folder."
+def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32", step: int | None = None) -> Generator:
+    "A `Generator` over a run's checkpoint (`step`, or the latest; any TP x PP: call on every rank) or an HF folder."
     if not Path(source).exists():
         raise GenerateError(f"--checkpoint {source}: no such folder; pass a run folder or an HF model folder")
     if is_hf_model_dir(source):
@@ -411,8 +412,10 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32") ->
         m = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch.float32)
         if torch.cuda.is_available(): m = m.cuda()
         return Generator(HFDecoder(m), tok)
-    cfg, ck = inference_config(source, tp, pp, precision)
+    cfg, ck = inference_config(source, tp, pp, precision, step=step)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
+    try: ck = agreed_checkpoint(lambda: ck, topo)                # rank 0's, seen alike by every rank
+    except CheckpointError as e: raise GenerateError(str(e)) from None
     stage = load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck, cfg.model)
     stage = stage.to(torch.bfloat16 if precision == "bf16" else torch.float32)
     return Generator(ModelDecoder(stage, topo.device), run_tokenizer(source), rank0=topo.rank == 0)
@@ -505,13 +508,14 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
         if key not in _LOADED: _LOADED.clear(); _LOADED[key] = load_generator(source, 1, 1, precision)
         out = _LOADED[key].generate(prompts, s, use_cache, batch_size=batch_size)
     else:
+        step = None if is_hf_model_dir(source) else step_of(find_checkpoint(source))   # every rank: this one
         with tempfile.TemporaryDirectory() as d:
             _write_prompts(Path(d) / "prompts.jsonl", prompts)
             argv = ["--checkpoint", str(source), "--prompts",
                     str(Path(d) / "prompts.jsonl"), "--tp", str(tp), "--pp", str(pp), "--batch-size",
                     str(batch_size), "--precision", precision, "--out", str(Path(d) / "out.json"), "--quiet",
                     *_sampling_argv(s)]
-            argv += [] if use_cache else ["--no-cache"]
+            argv += ([] if use_cache else ["--no-cache"]) + ([] if step is None else ["--step", str(step)])
             r = launch_ranks("mtnlg.generate", argv, place(tp, pp), capture_output=True, text=True)
             if r.returncode:
                 raise RuntimeError(f"the {tp * pp} generation ranks failed (exit "
@@ -524,6 +528,8 @@ def cli_parser(parser):
     "Flags of `mtnlg generate`."
     parser.add_argument("--checkpoint", required=True, metavar="DIR",
                         help="run folder of `mtnlg train`, or an HF model folder")
+    parser.add_argument("--step", type=int, default=None,
+                        help="the run's checkpoint of this step (default: the run's latest)")
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="the text to continue")
     src.add_argument("--prompts", metavar="FILE", help="one prompt a line, or a .jsonl of {'prompt': text}")
@@ -566,10 +572,11 @@ def _cli_sampling(args) -> Sampling:
                     stop_at_eod=not args.no_stop_at_eod, truncate=args.truncate).check()
 
 def _precheck(args, prompts, s):
-    "Layout, checkpoint and prompt lengths checked before any rank starts."
-    cfg, _ = inference_config(args.checkpoint, args.tp, args.pp, args.precision)
+    "Layout, checkpoint and prompt lengths checked before any rank starts; the step every rank reads is fixed."
+    cfg, ck = inference_config(args.checkpoint, args.tp, args.pp, args.precision, step=args.step)
     tok = run_tokenizer(args.checkpoint)
     prepare_prompts([tok.tokenize(p) for p in prompts], cfg.model.seq_length, s)
+    args.step = step_of(ck)
 
 def _cli_run(args) -> int:
     if args.prompt is not None and not args.prompt:
@@ -587,7 +594,7 @@ def _cli_run(args) -> int:
     if parallel and not under_launcher():
         placement = place(args.tp, args.pp)                          # tp x pp ranks, TP inside a node, or refused
         return launch_ranks("mtnlg.generate", _rank_argv(args), placement).returncode
-    gen = load_generator(args.checkpoint, args.tp, args.pp, args.precision)
+    gen = load_generator(args.checkpoint, args.tp, args.pp, args.precision, step=args.step)
     show = gen.rank0 and not args.quiet and not args.json
     stream = (lambda piece: print(piece, end="", flush=True)) if show and len(prompts) == 1 else None
     if stream: print(prompts[0], end="", flush=True)
@@ -609,6 +616,7 @@ def _rank_argv(args) -> list[str]:
     argv = ["--checkpoint", str(args.checkpoint), "--tp", str(args.tp), "--pp", str(args.pp), "--precision",
             args.precision, "--batch-size", str(args.batch_size)]
     argv += ["--in-flight", str(args.in_flight)] if args.in_flight else []
+    argv += ["--step", str(args.step)] if args.step is not None else []
     argv += ["--prompt", args.prompt] if args.prompt is not None else ["--prompts", str(args.prompts)]
     argv += _sampling_argv(_cli_sampling(args))
     for flag in ("no_cache", "json", "quiet"):

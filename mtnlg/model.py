@@ -4,19 +4,20 @@
 
 # %% ../nbs/03_model.ipynb #d59c733a
 from __future__ import annotations
-import math
+import contextlib, math
 from collections.abc import Mapping
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from .config import ModelConfig
+from .config import ModelConfig, ParallelConfig
 from . import patches
 
 # %% auto #0
-__all__ = ['CE_BLOCK', 'INIT_TILE_COLS', 'INIT_TILE_NUMEL', 'mp_config', 'Embedding', 'Attention', 'MLP', 'Block', 'FinalNorm',
-           'Head', 'tied_logits', 'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs', 'GPT', 'full_shapes',
-           'init_block', 'FullInit', 'init_full_state', 'split_kind', 'shard', 'unshard', 'tp_row_runs',
-           'full_named_parameters', 'load_full_state', 'init_parameters', 'compile_blocks']
+__all__ = ['CE_BLOCK', 'INIT_TILE_COLS', 'INIT_TILE_NUMEL', 'mp_config', 'Embedding', 'Attention', 'QKVHeads', 'MLP', 'Block',
+           'FinalNorm', 'Head', 'tied_logits', 'VocabParallelCrossEntropy', 'lm_loss', 'token_logprobs',
+           'OnePassCrossEntropy', 'GPT', 'full_shapes', 'init_block', 'FullInit', 'init_full_state', 'split_kind',
+           'shard', 'unshard', 'tp_row_runs', 'full_named_parameters', 'load_full_state', 'init_parameters',
+           'compile_blocks']
 
 # %% ../nbs/03_model.ipynb #170ce7d8
 def _tp():
@@ -41,6 +42,12 @@ def mp_config(cfg: ModelConfig):
 
 def _device():
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+def _linear(layer, x, bias_in_gemm: bool = False):
+    "The output of megatron-core linear `layer` on `x`; with `bias_in_gemm` (tp=1 only) `F.linear`: one addmm."
+    if bias_in_gemm: return F.linear(x, layer.weight, layer.bias)
+    out, _ = layer(x)
+    return out
 
 _noinit = lambda w: w   # values come from load_full_state
 
@@ -78,12 +85,14 @@ class Embedding(nn.Module):
 # %% ../nbs/03_model.ipynb #a98848b2
 class Attention(nn.Module):
     "Causal multi-head self-attention; each TP rank owns num_heads/tp heads."
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, parallel: ParallelConfig | None = None):
         super().__init__()
         from megatron.core import tensor_parallel as tpl
         tp, _ = _tp()
         mp, h = mp_config(cfg), cfg.hidden_size
         self.heads, self.head_dim, self.p = cfg.num_heads // tp, h // cfg.num_heads, cfg.attention_dropout
+        self.bias_in_gemm = (parallel or ParallelConfig()).bias_in_gemm and tp == 1   # tp > 1: the layers as they are
+        self.packed_qkv_grad = (parallel or ParallelConfig()).packed_qkv_grad
         # qkv output features are laid out [3, heads, head_dim]: q, k, v each head-major (as GPT-2's c_attn)
         self.qkv = tpl.ColumnParallelLinear(h, 3 * h, config=mp, init_method=_noinit, bias=True, gather_output=False,
                                             tp_group=_tp_group())
@@ -92,12 +101,21 @@ class Attention(nn.Module):
         _mark_tp(self.qkv.weight, 0); _mark_tp(self.proj.weight, 1)
 
     def forward(self, x, kv=None):                      # [B, S, H] -> [B, S, H]
+        return self.project(self.attend(*self.qkv_heads(x), kv))
+
+    def qkv_heads(self, x):                              # [B, S, H] -> q, k, v, each [B, heads, S, hd]
+        B, S, _ = x.shape
+        qkv = _linear(self.qkv, x, self.bias_in_gemm)
+        if self.packed_qkv_grad and not torch.compiler.is_compiling(): return QKVHeads.apply(qkv, self.heads)
+        # each a view; backward stacks their gradients straight into qkv's layout (no copy after)
+        return tuple(t.transpose(1, 2) for t in qkv.view(B, S, 3, self.heads, self.head_dim).unbind(2))
+
+    def attend(self, q, k, v, kv=None):                 # -> [B, heads, S, hd]
+        with _packing_kernel(q, self.packed_qkv_grad): return self._attend(q, k, v, kv)
+
+    def _attend(self, q, k, v, kv=None):
         # kv: a KV cache of this layer (mtnlg.generate): kv(k, v) -> (all keys, all values, attention mask)
         from megatron.core import tensor_parallel as tpl
-        B, S, _ = x.shape
-        qkv, _ = self.qkv(x)
-        # each [B, heads, S, hd], a view; backward stacks their gradients straight into qkv's layout (no copy after)
-        q, k, v = (t.transpose(1, 2) for t in qkv.view(B, S, 3, self.heads, self.head_dim).unbind(2))
         p = self.p if self.training else 0.0
         if kv is not None:                               # decoding: this rank's heads' cache, an explicit mask
             k, v, mask = kv(k, v)
@@ -106,14 +124,55 @@ class Attention(nn.Module):
             with tpl.get_cuda_rng_tracker().fork():
                 o = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else: o = F.scaled_dot_product_attention(q, k, v, is_causal=True)   # flash kernel on GPU (bf16/fp16)
-        out, _ = self.proj(o.transpose(1, 2).reshape(B, S, self.heads * self.head_dim))
-        return out
+        return o
+
+    def project(self, o):                                # [B, heads, S, hd] -> [B, S, H]
+        B, _, S, _ = o.shape
+        return _linear(self.proj, o.transpose(1, 2).reshape(B, S, self.heads * self.head_dim), self.bias_in_gemm)
+
+_attend_uncompiled = torch.compiler.disable(Attention.attend)   # compile_once: dynamo breaks its graph here
+
+def _packing_kernel(q, packed: bool):
+    "With `packed` on a GPU: SDPA's memory-efficient kernel, whose backward packs q, k and v's gradients in one buffer."
+    if not (packed and q.is_cuda): return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    return sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)
+
+def _packed_base(grads, shape):
+    "The one [B, S, 3, heads, hd] buffer whose slices `grads` (each [B, S, heads, hd]) are, if they are; else None."
+    g0 = grads[0]
+    B, S, _, heads, hd = shape
+    stride = (S * 3 * heads * hd, 3 * heads * hd, heads * hd, hd, 1)
+    for i, g in enumerate(grads):
+        ok = g is not None and g.dtype == g0.dtype and g.untyped_storage().data_ptr() == g0.untyped_storage().data_ptr()
+        if not ok or g.stride() != stride[:2] + stride[3:] or g.storage_offset() != g0.storage_offset() + i * stride[2]:
+            return None
+    return g0.as_strided(shape, stride, g0.storage_offset())
+
+class QKVHeads(torch.autograd.Function):
+    "q, k, v [B, heads, S, hd]: views of the projection's output; gradients back in its layout, packed ones uncopied."
+    @staticmethod
+    def forward(ctx, qkv, heads: int):
+        B, S, n = qkv.shape
+        ctx.shape, ctx.dtype, ctx.device = (B, S, 3, heads, n // (3 * heads)), qkv.dtype, qkv.device
+        return tuple(t.transpose(1, 2) for t in qkv.view(ctx.shape).unbind(2))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        B, S, _, heads, hd = ctx.shape
+        zero = lambda: torch.zeros(B, heads, S, hd, dtype=ctx.dtype, device=ctx.device)
+        grads = [zero() if g is None else g for g in grads]     # an unused one: zero
+        per_head = [g.transpose(1, 2) for g in grads]
+        base = _packed_base(per_head, ctx.shape)
+        packed = base if base is not None else torch.stack(per_head, 2)   # no copy when packed already
+        return packed.view(B, S, 3 * heads * hd), None
 
 class MLP(nn.Module):
     "GELU MLP, ffn_hidden_size wide (4h); each TP rank owns ffn/tp units."
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, parallel: ParallelConfig | None = None):
         super().__init__()
         from megatron.core import tensor_parallel as tpl
+        self.bias_in_gemm = (parallel or ParallelConfig()).bias_in_gemm and _tp()[0] == 1
         mp, h, f = mp_config(cfg), cfg.hidden_size, cfg.ffn_hidden_size
         self.fc1 = tpl.ColumnParallelLinear(h, f, config=mp, init_method=_noinit, bias=True, gather_output=False,
                                             tp_group=_tp_group())
@@ -123,24 +182,38 @@ class MLP(nn.Module):
         self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"   # Megatron's GELU is the tanh form
 
     def forward(self, x):
-        y, _ = self.fc1(x)
-        out, _ = self.fc2(F.gelu(y, approximate=self.approximate))
-        return out
+        y = _linear(self.fc1, x, self.bias_in_gemm)
+        return _linear(self.fc2, F.gelu(y, approximate=self.approximate), self.bias_in_gemm)
 
 # %% ../nbs/03_model.ipynb #8b21ebbc
 class Block(nn.Module):
     "Pre-LayerNorm transformer block: x + drop(attn(ln1(x))), then x + drop(mlp(ln2(x)))."
-    def __init__(self, cfg: ModelConfig, index: int):
-        super().__init__()
+    def __init__(self, cfg: ModelConfig, index: int, parallel: ParallelConfig | None = None):
+        super().__init__()      # parallel: the layout's settings of how a block computes (bias_in_gemm, ...)
         self.cfg, self.full_prefix = cfg, f"blocks.{index}"
         dev, h, eps = _device(), cfg.hidden_size, cfg.layernorm_eps
-        self.ln1, self.attn = nn.LayerNorm(h, eps=eps, device=dev), Attention(cfg)
-        self.ln2, self.mlp = nn.LayerNorm(h, eps=eps, device=dev), MLP(cfg)
+        self.ln1, self.attn = nn.LayerNorm(h, eps=eps, device=dev), Attention(cfg, parallel)
+        self.ln2, self.mlp = nn.LayerNorm(h, eps=eps, device=dev), MLP(cfg, parallel)
         self.drop = nn.Dropout(cfg.hidden_dropout)
+        self.configure(parallel)
+
+    def configure(self, parallel: ParallelConfig | None = None):
+        "Set how the block computes from the layout's switches (at build, or again on a built block); same math."
+        par = parallel or ParallelConfig()
+        self.attn.bias_in_gemm = self.mlp.bias_in_gemm = par.bias_in_gemm and _tp()[0] == 1
+        self.attn.packed_qkv_grad = par.packed_qkv_grad
+        self.attend = _attend_uncompiled if par.compile_once else Attention.attend
+        self.dropout_add = _one_kernel(_dropout_add) if par.fused_dropout_add else _dropout_add
+        return self
 
     def forward(self, x, kv=None):                      # kv: this layer's KV cache when decoding
-        x = x + self.drop(self.attn(self.ln1(x), kv))
-        return x + self.drop(self.mlp(self.ln2(x)))
+        o = self.attend(self.attn, *self.attn.qkv_heads(self.ln1(x)), kv)
+        x = self.dropout_add(x, self.attn.project(o), self.drop.p, self.training)
+        return self.dropout_add(x, self.mlp(self.ln2(x)), self.drop.p, self.training)
+
+def _dropout_add(x, y, p: float, training: bool):
+    "The residual add after a dropout: x + dropout(y) (compiled by `fused_dropout_add`: one kernel)."
+    return x + F.dropout(y, p, training)
 
 class FinalNorm(nn.Module):
     "The LayerNorm after the last block."
@@ -233,9 +306,10 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
             o.scatter_(1, j, torch.where(mine[i:i + rows, None], lab[i:i + rows], o.gather(1, j)))
         return out, None, None
 
-def lm_loss(logits, labels, vocab_size: int):
+def lm_loss(logits, labels, vocab_size: int, one_pass: bool = False):
     "Mean next-token cross entropy from vocab-parallel logits [B, S, Vp/tp] and labels [B, S]."
-    return VocabParallelCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), vocab_size).mean()
+    ce = OnePassCrossEntropy if one_pass else VocabParallelCrossEntropy          # one_pass: below
+    return ce.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), vocab_size).mean()
 
 def token_logprobs(logits, labels, vocab_size: int):
     "(log p(label) [B, S], greedy token [B, S]) from vocab-parallel logits, identical on all TP ranks."
@@ -253,14 +327,62 @@ def token_logprobs(logits, labels, vocab_size: int):
         idx = torch.stack(idxs).gather(0, best)[0]
     return logp, idx
 
+# %% ../nbs/03_model.ipynb #b51750e0
+def _ce_partials(x, idx, mine, valid: int):
+    "Per row of this rank's logits x [N, n]: (max, sum of exp(x - max), label logit or 0), in fp32."
+    xf = x[:, :valid].float()
+    mx = xf.amax(-1)
+    sum_exp = (xf - mx[:, None]).exp().sum(-1)
+    return mx, sum_exp, torch.where(mine, xf.gather(1, idx[:, None])[:, 0], 0.0)
+
+def _ce_grad(x, lse, idx, mine, grad, valid: int):
+    "d loss / d logits [N, n] in the logits' dtype: (softmax - one-hot label) x grad; padded columns 0."
+    col = torch.arange(x.shape[1], device=x.device)
+    hot = (col == idx[:, None]) & mine[:, None]
+    g = ((x.float() - lse[:, None]).exp() - hot.float()) * grad[:, None]
+    return torch.where(col < valid, g, 0.0).to(x.dtype)
+
+_COMPILED: dict = {}
+
+def _one_kernel(fn):
+    "`fn` compiled once per process for fixed shapes (inductor: one fused kernel reading the logits once)."
+    if fn not in _COMPILED: _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True)
+    return _COMPILED[fn]
+
+class OnePassCrossEntropy(torch.autograd.Function):
+    "`VocabParallelCrossEntropy` in one compiled pass over the logits each way; only the logits are kept."
+    @staticmethod
+    def forward(ctx, logits, labels, vocab_size: int):
+        _, r = _tp()
+        n = logits.shape[-1]
+        start, valid = r * n, max(0, min(n, vocab_size - r * n))
+        local = labels - start
+        mine = (local >= 0) & (local < valid)
+        idx = local.clamp(0, max(valid - 1, 0))
+        if valid: mx, sum_exp, label = _one_kernel(_ce_partials)(logits, idx, mine, valid)
+        else: mx, sum_exp, label = (torch.full_like(labels, float(v), dtype=torch.float32) for v in ("-inf", 0, 0))
+        top = _tp_all_reduce(mx.clone(), torch.distributed.ReduceOp.MAX)
+        sum_exp = sum_exp * (mx - top).exp()                  # this rank's sum against the global max
+        _tp_all_reduce(sum_exp, torch.distributed.ReduceOp.SUM)
+        _tp_all_reduce(label, torch.distributed.ReduceOp.SUM)
+        lse = top + sum_exp.log()
+        ctx.save_for_backward(logits, lse, idx, mine)
+        ctx.valid = valid
+        return lse - label
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, lse, idx, mine = ctx.saved_tensors
+        return _one_kernel(_ce_grad)(logits, lse, idx, mine, grad.float(), ctx.valid), None, None
+
 # %% ../nbs/03_model.ipynb #3176c8d9
 class GPT(nn.Module):
     "The full decoder on one pipeline stage (any TP size); forward gives unpadded logits [B, S, vocab]."
-    def __init__(self, cfg: ModelConfig, checkpoint_interval: int = 0):
+    def __init__(self, cfg: ModelConfig, checkpoint_interval: int = 0, parallel: ParallelConfig | None = None):
         super().__init__()
         self.cfg, self.checkpoint_interval = cfg, checkpoint_interval
         self.embedding = Embedding(cfg)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i, parallel) for i in range(cfg.num_layers))
         self.final_norm = FinalNorm(cfg)
         self.head = None if cfg.tie_embeddings else Head(cfg)
 

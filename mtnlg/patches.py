@@ -11,12 +11,12 @@ from importlib.metadata import version as installed_version
 
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'unchecked_note', 'check_patches', 'relink_optimizer_state', 'hp_mapping',
-           'explicit_split_pipeline', 'route_fp32_clipping', 'lean_bf16_grads', 'reset_deepspeed_groups',
-           'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
-           'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
-           'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
-           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools', 'init_fake_process_group',
-           'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
+           'explicit_split_pipeline', 'route_fp32_clipping', 'lean_bf16_grads', 'sync_free_bf16_step',
+           'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm',
+           'resume_nested_graph_breaks', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
+           'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location',
+           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools',
+           'init_fake_process_group', 'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -180,6 +180,44 @@ def lean_bf16_grads(engine, on: bool = True):
                 self.allreduce_bucket([piece], group, world)    # a one-tensor flatten is a view: reduced in place
     opt._update_hp_grad = types.MethodType(update_hp_grad, opt)
     engine._bf16_reduce_grads = types.MethodType(reduce_grads, engine)
+
+# %% ../nbs/00b_patches.ipynb #1932a1e1
+@_registered("deepspeed", "0.19.8",
+             ["deepspeed.runtime.bf16_optimizer:BF16_Optimizer.step",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.get_grads_for_norm",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.update_lp_params",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.clear_hp_grads",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer._lazy_init_hp_params_optimizer_state",
+              "deepspeed.runtime.utils:get_global_norm_of_tensors"],
+             "BF16_Optimizer.step reads the gradient norm on the host twice (the non-finite check and the clip "
+             "coefficient), stalling the host on the GPU; no option keeps them on the device")
+def sync_free_bf16_step(engine, on: bool = True):
+    "The bf16 optimizer's step with clipping and the non-finite skip on the device (`on=False`: DeepSpeed's own)."
+    import types, torch
+    from deepspeed.runtime.utils import get_global_norm_of_tensors
+    opt = engine.optimizer
+    if not on: return opt.__dict__.pop("step", None)
+    inner = opt.optimizer
+    if opt.has_moe_layers or getattr(opt, "_uses_muon", False) or not getattr(inner, "_step_supports_amp_scaling", 0):
+        raise ValueError("sync_free_bf16_step: needs a fused torch optimizer (it takes found_inf), no MoE, no Muon")
+    def step(self, closure=None):
+        norm = get_global_norm_of_tensors(self.get_grads_for_norm()[0], mpu=self.mpu, norm_type=self.norm_type)
+        found_inf = (norm < 0).float()                  # DeepSpeed's norm is -1 where not finite
+        if self.clip_grad > 0:
+            coef = torch.where(found_inf > 0, 1.0, (self.clip_grad / (norm + 1e-6)).clamp(max=1.0))
+            torch._foreach_mul_(self.get_grads_for_norm(for_clipping=True), coef)
+        for param, grad in zip(self.fp32_groups_flat_partition, self.fp32_groups_gradient_flat_partition):
+            param.grad = grad.to(param.dtype)         # a view when the dtypes agree (fp32 accumulation)
+        inner.found_inf = found_inf
+        inner.step()
+        if self.grad_acc_dtype is not torch.float32:
+            for param in self.fp32_groups_flat_partition: param.grad = None
+        self._lazy_init_hp_params_optimizer_state()
+        self.update_lp_params()
+        self.clear_hp_grads()
+        self.overflow = bool(found_inf.item())        # the one host read, once everything is queued
+        self._global_grad_norm = float("inf") if self.overflow else norm
+    opt.step = types.MethodType(step, opt)
 
 # %% ../nbs/00b_patches.ipynb #9fb3d504
 _DS_GROUPS = ["mpu", "_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",

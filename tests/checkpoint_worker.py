@@ -232,9 +232,10 @@ def run_relayout(job, out):
     "Load the memory job's checkpoint at another layout: peak memory, and bytes read against bytes asked for."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
-    from mtnlg.model import init_parameters
+    from mtnlg.model import init_parameters, full_shapes
     from mtnlg.pipeline import build_pipeline, build_engine
-    from mtnlg.checkpoint import load_checkpoint, latest_checkpoint, engine_state, ADAM_KEYS, _LoadPlanner
+    from mtnlg.checkpoint import load_checkpoint, engine_state, ADAM_KEYS, _LoadPlanner
+    from mtnlg.checkpoint_folders import latest_checkpoint
     libc = _reset_allocator()
     cfg = load_config("tiny", overrides=job["set"])
     topo = init_distributed(cfg.parallel, timeout_s=300, run_cfg=cfg)
@@ -242,6 +243,7 @@ def run_relayout(job, out):
     saved = json.loads((ck / "train_state.json").read_text())
     module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True)
     out.update(_sizes(module))
+    out["largest_tensor_bytes"] = max(4 * torch.Size(v).numel() for v in full_shapes(cfg.model).values())
     new = build_engine(cfg, topo, module)
     r0 = _bytes_read()
     _measure(out, "load_new_layout", lambda: load_checkpoint(new, topo, cfg, ck, saved), libc)

@@ -12,7 +12,7 @@ warnings.filterwarnings("ignore")
 if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 from mtnlg.config import ParallelConfig
-from mtnlg.checkpoint import latest_checkpoint
+from mtnlg.checkpoint_folders import latest_checkpoint
 from mtnlg.topology import init_distributed
 from mtnlg.train import TrainingError, resume_checkpoint
 from subworld import run_plan

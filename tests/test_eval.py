@@ -456,13 +456,12 @@ def test_run_tokenizer_is_the_runs(tmp_path, fixture_data):
 
 def test_hellaswag_official_jsonl_gives_lm_eval_prompts(tmp_path, data):
     "With the official `hellaswag_val.jsonl` (ctx_a, ctx_b) lm-eval's own preprocessing applies: ctx_b capitalised."
-    from lm_eval.api.task import ConfigurableTask
     rows = [{"ind": 24, "activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he",
              "endings": ["is using wrap to wrap a pair of skis.", "is ripping level tiles off.",
                          "is holding a rubik's cube.", "starts pulling up roofing on a roof."], "label": 3}]
     (tmp_path / "hellaswag").mkdir()
     (tmp_path / "hellaswag" / "hellaswag_val.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    t = ConfigurableTask(config=TS.task_config("hellaswag", 0, tmp_path))
+    t = TS.lm_eval_task(TS.task_config("hellaswag", 0, tmp_path))
     assert t.doc_to_text(t.eval_docs[0]) == "Roof shingle removal: A man is sitting on a roof. He"
-    t2 = ConfigurableTask(config=TS.task_config("hellaswag", 0, data))                # the shared text layout
+    t2 = TS.lm_eval_task(TS.task_config("hellaswag", 0, data))                # the shared text layout
     assert t2.doc_to_text(t2.eval_docs[0]) == "Roof shingle removal: A man is sitting on a roof. he"

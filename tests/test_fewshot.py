@@ -2,7 +2,10 @@
 1, 5 and the paper's shot count, sampled exactly as lm-eval samples while it builds the prompts."""
 import pytest
 from mtnlg.config import EvalError
+from conftest import DATA
 from mtnlg.tasks import TASKS, parse_tasks, self_shot_count, task_config, task_yaml
+
+FIXTURES = DATA / "eval"
 
 
 def _counts(data) -> list[tuple[str, int]]:
@@ -29,8 +32,13 @@ def test_the_check_fails_on_lm_evals_blind_draws(fixture_data):
     blind = {**cfg, "test_split": None, "validation_split": "validation", "fewshot_config": None}
     n, own = self_shot_count(blind, 32)
     assert n == 638 and own > 0
+    # lm-eval passes no document when the pool's split is not `test_split`: the task tells the sampler (0 leaks);
+    # a sampler asked with no document at all refuses rather than draw blind
+    named_apart = {**cfg, "test_split": None, "validation_split": "validation"}
+    assert self_shot_count(named_apart, 32) == (638, 0)
+    from mtnlg.tasks import lm_eval_task
     with pytest.raises(EvalError, match="without the document being evaluated"):
-        self_shot_count({**cfg, "test_split": None, "validation_split": "validation"}, 32)
+        lm_eval_task(named_apart).sampler.sample(n=32)
 
 
 def test_a_pool_under_another_name_is_recognised(fixture_data):
@@ -62,3 +70,100 @@ def test_race_shots_come_from_other_articles(fixture_data):
     assert len(docs) == 26 and same(t.sampler) == 0
     # positive control: lm-eval's own sampler (only the document itself left out) draws from the same article
     assert same(ContextSampler(list(t.fewshot_docs()), rnd=1234)) > 0
+
+
+def _root_with(tmp_path, task: str, files: dict):
+    "A data root holding the fixtures' `task` folder with `files` ({relative name: text}) added or replaced."
+    import shutil
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / task if task != "race" else FIXTURES / "race", root / task)
+    for name, text in files.items(): (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def _twin_draws(cfg, k: int, seeds=range(30)) -> tuple[int, int]:
+    "(draws where document 0 saw its twin 1, the same with lm-eval's own sampler): over `seeds`."
+    from lm_eval.api.samplers import ContextSampler
+    from mtnlg.tasks import lm_eval_task
+    t = lm_eval_task(cfg)
+    docs = list(t.eval_docs)
+    ours = theirs = 0
+    for seed in seeds:
+        t.set_fewshot_seed(seed)
+        ours += any(s == docs[1] for s in t.shots(docs[0], k))
+        plain = ContextSampler(list(t.fewshot_docs()), rnd=seed)           # leaves out only the document itself
+        theirs += any(s == docs[1] for s in plain.sample(n=k, eval_doc=docs[0]))
+    return ours, theirs
+
+
+def test_a_hans_twin_pair_never_sees_each_other(tmp_path):
+    "Two HANS rows equal but for `heuristic` (never shown) show the same prompt and answer: neither is the other's shot."
+    lines = (FIXTURES / "hans" / "heuristics_evaluation_set.txt").read_text(encoding="utf-8").splitlines()
+    head, rows = lines[0], lines[1:7]
+    cols = rows[0].split("\t")
+    twin = "\t".join(cols[:8] + ["subsequence" if cols[8] != "subsequence" else "constituent"] + cols[9:])
+    root = _root_with(tmp_path, "hans", {"hans/heuristics_evaluation_set.txt": "\n".join([head, rows[0], twin, *rows[1:]]) + "\n"})
+    (root / "hans" / "heuristics_train_set.txt").unlink()        # shots from the evaluated split, as without one
+    cfg = task_config("hans", 4, root)
+    assert cfg["fewshot_split"] == cfg["test_split"] == "test"
+    docs = list(lm_eval_task_docs(cfg))
+    assert docs[0] != docs[1] and docs[0]["heuristic"] != docs[1]["heuristic"]
+    ours, theirs = _twin_draws(cfg, 4)
+    assert ours == 0 and theirs > 10, (ours, theirs)        # the control: whole-document exclusion lets it in
+    assert self_shot_count(cfg, 4) == (7, 0)
+
+
+def test_a_hellaswag_twin_pair_never_sees_each_other(tmp_path):
+    "Two HellaSwag documents with the same context and gold ending (their wrong endings differ): never each other's shot."
+    import json
+    from mtnlg.tasks import load_docs
+    docs = load_docs("hellaswag", FIXTURES)[0]["validation"][:6]
+    gold = int(docs[0]["label"])
+    twin = {**docs[0], "endings": [e if i == gold else docs[2]["endings"][i] for i, e in enumerate(docs[0]["endings"])]}
+    assert twin["endings"] != docs[0]["endings"]
+    rows = [docs[0], twin, *docs[1:]]
+    root = _root_with(tmp_path, "hellaswag", {"hellaswag/hellaswag_val.jsonl": "".join(json.dumps(r) + "\n" for r in rows)})
+    cfg = task_config("hellaswag", 4, root)
+    ours, theirs = _twin_draws(cfg, 4)
+    assert ours == 0 and theirs > 10, (ours, theirs)
+    assert self_shot_count(cfg, 4) == (7, 0)
+
+
+def test_shots_from_the_training_split_else_the_evaluated_one(tmp_path):
+    """PIQA with its official train files: every shot is a training document (one equal to an evaluated document left
+    out for it); without them the evaluated split, the document left out; the result's identity says which."""
+    import json
+    from mtnlg.tasks import lm_eval_task, load_docs, shot_pool, task_identity
+    lines = lambda f: (FIXTURES / "piqa" / f).read_text(encoding="utf-8").splitlines(keepends=True)
+    val, labels = lines("valid.jsonl"), lines("valid-labels.lst")
+    # evaluated: the first 40 dev rows; training: rows 200-299 and dev row 0 with its wrong solution changed (never
+    # shown: a shot shows the goal and the right solution), so the same prompt and answer in both splits
+    row0 = json.loads(val[0])
+    wrong = "sol2" if labels[0].strip() == "0" else "sol1"
+    twin = json.dumps({**row0, wrong: json.loads(val[1])[wrong]}) + "\n"
+    files = {"piqa/valid.jsonl": "".join(val[:40]), "piqa/valid-labels.lst": "".join(labels[:40]),
+             "piqa/train.jsonl": "".join(val[200:]) + twin, "piqa/train-labels.lst": "".join(labels[200:] + labels[:1])}
+    root = _root_with(tmp_path, "piqa", files)
+    cfg = task_config("piqa", 5, root)
+    assert cfg["fewshot_split"] == "train" and shot_pool(cfg) == "train"
+    train = load_docs("piqa", root)[0]["train"]
+    t = lm_eval_task(cfg)
+    t.set_fewshot_seed(1234)
+    evaluated = list(t.eval_docs)
+    drawn = [s for d in evaluated for s in t.shots(d, 50)]
+    assert all(s in train for s in drawn) and not any(s in evaluated for s in drawn)
+    copy = train[-1]
+    assert copy != evaluated[0] and t.shown(copy) == t.shown(evaluated[0])
+    assert copy not in t.shots(evaluated[0], 100)                     # its copy in train: left out for it
+    assert copy in [s for d in evaluated[1:] for s in t.shots(d, 100)]  # (a shot of the others)
+    ident = task_identity("piqa", 5, root)
+    assert ident["pool"] == "train" and "piqa/train.jsonl" in ident["data"]
+    fallback = task_config("piqa", 5, FIXTURES)
+    assert fallback["fewshot_split"] == "validation" and shot_pool(fallback).startswith("validation (the evaluated")
+    assert task_identity("piqa", 5, FIXTURES)["pool"] == shot_pool(fallback)
+
+
+def lm_eval_task_docs(cfg):
+    "The evaluated documents of task config `cfg`, as lm-eval holds them."
+    from mtnlg.tasks import lm_eval_task
+    return lm_eval_task(cfg).eval_docs

@@ -31,3 +31,26 @@ def test_cluster_intervals_widen_with_cluster_effects():
     assert width(cluster_bootstrap_ci(clumped, cl)) > 2 * width(bootstrap_ci(clumped))
     assert width(cluster_bootstrap_ci(flat, cl)) < 1.5 * width(bootstrap_ci(flat))
     assert width(cluster_t_ci(clumped, cl)) > 2 * width(bootstrap_ci(clumped))
+
+
+def test_the_bias_studys_intervals_cover_95_at_its_cluster_counts():
+    "Religion 2 prompts a group, ethnicity 3, occupations 8, and 12: the interval `cluster_ci` picks covers 95% +- 2."
+    from mtnlg.stats import cluster_method, sentiment_coverage
+    for g in (2, 3, 8, 12):
+        for samples in (3, 40):
+            cov = sentiment_coverage(g, samples=samples, reps=4000)
+            assert cov["method"] == cluster_method(g) == "cluster t" and abs(cov["picked"] - 0.95) < 0.02, cov
+    control = sentiment_coverage(2, samples=3, reps=4000)
+    assert control["cluster_bootstrap"] < 0.75, control      # the percentile bootstrap of 2 clusters: about half
+
+
+def test_cluster_ci_picks_the_method_by_cluster_count():
+    from mtnlg.stats import cluster_ci
+    rng = np.random.default_rng(0)
+    few, many = (np.repeat(np.arange(g), 5) for g in (3, 40))
+    assert cluster_ci(rng.random(15), few)[3] == "cluster t"
+    assert cluster_ci(rng.random(200), many)[3] == "cluster bootstrap"
+    v = rng.random(15)
+    assert cluster_ci(v, few)[:3] == cluster_t_ci(v, few)
+    one = cluster_ci([0.2, 0.4, 0.9], [0, 0, 0])
+    assert one[3] == "none" and np.isnan(one[1]) and np.isnan(one[2])
