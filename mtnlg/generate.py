@@ -414,7 +414,7 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32", st
         return Generator(HFDecoder(m), tok)
     cfg, ck = inference_config(source, tp, pp, precision, step=step)
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
-    try: ck = agreed_checkpoint(lambda: ck, topo)                # rank 0's, seen alike by every rank
+    try: ck = agreed_checkpoint(ck.parent, lambda: ck, topo)     # rank 0's, seen alike by every rank
     except CheckpointError as e: raise GenerateError(str(e)) from None
     stage = load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck, cfg.model)
     stage = stage.to(torch.bfloat16 if precision == "bf16" else torch.float32)

@@ -134,7 +134,7 @@ def _inject(step: int) -> bool:
 # %% ../nbs/06_train.ipynb #e550c1a0
 def resume_checkpoint(run_dir, topo) -> Path | None:
     "The run's latest checkpoint as rank 0 sees it, for every rank; `TrainingError` unless all see its files alike."
-    try: return agreed_checkpoint(lambda: latest_checkpoint(run_dir), topo)
+    try: return agreed_checkpoint(Path(run_dir) / "checkpoints", lambda: latest_checkpoint(run_dir), topo)
     except CheckpointError as e: raise TrainingError(str(e)) from None
 
 # %% ../nbs/06_train.ipynb #77bcd3af
