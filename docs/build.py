@@ -151,6 +151,17 @@ def api_page(modname: str) -> str:
     return "\n".join(out)
 
 # --- the site -------------------------------------------------------------------------------------------------
+def mathjax_dir() -> Path:
+    """MathJax 3's browser build (es5/: tex-mml-chtml.js, its fonts and components) from the django-static-mathjax
+    wheel (settings.ini's docs requirements, pinned in environments/): a local copy, so formulas render offline."""
+    import importlib.util
+    spec = importlib.util.find_spec("mathjax")
+    d = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
+    if d is None or not (d / "tex-mml-chtml.js").exists():
+        raise SystemExit("docs: MathJax is missing (the django-static-mathjax package of the pinned environment): "
+                         "run `make env`, or pip install django-static-mathjax==3.2.2.1")
+    return d
+
 def stage(src: Path, execute_mode: str) -> dict:
     "Write the mkdocs sources into `src`; returns the nav."
     import nbformat
@@ -159,6 +170,8 @@ def stage(src: Path, execute_mode: str) -> dict:
     readme = (ROOT / "README.md").read_text()
     (src / "index.md").write_text(readme)
     if (ROOT / "docs" / "images").exists(): shutil.copytree(ROOT / "docs" / "images", src / "docs" / "images")
+    shutil.copytree(ROOT / "docs" / "assets", src / "assets")          # the site's CSS and MathJax configuration
+    shutil.copytree(mathjax_dir(), src / "assets" / "mathjax")         # MathJax itself: the site works offline
     pages, notes = [], {}
     for p in notebooks():
         nb, how = source_for(p, execute_mode)
