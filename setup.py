@@ -20,8 +20,8 @@ console_scripts = cfg.get('console_scripts', '').split()
 
 setuptools.setup(
     name=cfg['lib_name'], license=lic[0], version=cfg['version'],
-    description=cfg['description'], author=cfg['author'], author_email=cfg['author_email'],
-    keywords=cfg['keywords'], url=cfg['git_url'],
+    description=cfg['description'], author=cfg['author'], author_email=cfg.get('author_email') or None,
+    keywords=cfg['keywords'], url=cfg.get('git_url') or None, license_files=['LICENSE'],
     classifiers=['Development Status :: ' + str(cfg['status']) + ' - ' + statuses[int(cfg['status'])],
                  'Intended Audience :: ' + cfg['audience'].title(), 'License :: ' + lic[1],
                  'Natural Language :: ' + cfg['language'].title()]

@@ -151,14 +151,29 @@ def api_page(modname: str) -> str:
     return "\n".join(out)
 
 # --- the site -------------------------------------------------------------------------------------------------
+def mathjax_dir() -> Path:
+    """MathJax 3's browser build (es5/: tex-mml-chtml.js, its fonts and components) from the django-static-mathjax
+    wheel (settings.ini's docs requirements, pinned in environments/): a local copy, so formulas render offline."""
+    import importlib.util
+    spec = importlib.util.find_spec("mathjax")
+    d = Path(spec.origin).parent / "static" / "mathjax" / "es5" if spec and spec.origin else None
+    if d is None or not (d / "tex-mml-chtml.js").exists():
+        raise SystemExit("docs: MathJax is missing (the django-static-mathjax package of the pinned environment): "
+                         "run `make env`, or pip install django-static-mathjax==3.2.2.1")
+    return d
+
 def stage(src: Path, execute_mode: str) -> dict:
     "Write the mkdocs sources into `src`; returns the nav."
     import nbformat
     if src.exists(): shutil.rmtree(src)
     (src / "nbs").mkdir(parents=True); (src / "api").mkdir()
     readme = (ROOT / "README.md").read_text()
-    (src / "index.md").write_text(readme)
+    # the README's link to the notebooks' folder (GitHub lists it) opens the first notebook's page on the site
+    (src / "index.md").write_text(readme.replace("](nbs/)", f"](nbs/{notebooks()[0].name})"))
+    (src / "benchmarks").mkdir(); shutil.copy(ROOT / "benchmarks" / "RESULTS.md", src / "benchmarks" / "RESULTS.md")
     if (ROOT / "docs" / "images").exists(): shutil.copytree(ROOT / "docs" / "images", src / "docs" / "images")
+    shutil.copytree(ROOT / "docs" / "assets", src / "assets")          # the site's CSS and MathJax configuration
+    shutil.copytree(mathjax_dir(), src / "assets" / "mathjax")         # MathJax itself: the site works offline
     pages, notes = [], {}
     for p in notebooks():
         nb, how = source_for(p, execute_mode)
@@ -171,7 +186,8 @@ def stage(src: Path, execute_mode: str) -> dict:
     api = []
     for mod in modules():
         (src / "api" / f"{mod}.md").write_text(api_page(mod)); api.append({mod: f"api/{mod}.md"})
-    return {"nav": [{"Home": "index.md"}, {"Notebooks": pages}, {"API reference": api}], "notes": notes}
+    return {"nav": [{"Home": "index.md"}, {"Notebooks": pages}, {"API reference": api},
+                    {"Results": "benchmarks/RESULTS.md"}], "notes": notes}
 
 def build(out: Path, execute_mode: str = "missing", work: Path | None = None) -> dict:
     "Stage the sources and run mkdocs into `out`; returns {'out', 'notes'}."

@@ -336,14 +336,17 @@ def cli_parser(p):
     c.add_argument("--quality-good", nargs="*", default=[],
                    help="sources of 'high quality' examples (NAME=PATH)")
     c.add_argument("--quality-web", nargs="*", default=[], help="sources of 'web' examples (NAME=PATH)")
-    c.add_argument("--quality-threshold", type=float, default=0.5)
+    c.add_argument("--quality-threshold", type=float, default=0.5,
+                   help="keep a quality-filtered document whose classifier score is at least this")
     c.add_argument("--quality-pareto-alpha", type=float, default=None,
                    help="keep by GPT-3's rule pareto(alpha) > 1 - score (GPT-3: 9) instead of the threshold")
     c.add_argument("--quality-max-docs", type=int, default=5000,
                    help="classifier training: a seeded reservoir sample of at most this many texts a class")
     c.add_argument("--split", default="", choices=["", "line", "blank"],
                    help="plain text: one doc a file/line/paragraph")
-    c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
+    c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"],
+                   help="a bad input (unreadable line or JSON, non-UTF-8 bytes): stop naming it, skip it, or "
+                        "replace bad bytes with U+FFFD")
     c.add_argument("--executor", default="local", choices=["local", "slurm", "single"],
                    help="datatrove stages on local worker processes or Slurm job arrays; "
                         "'single': one process, jsonl only")
@@ -354,18 +357,22 @@ def cli_parser(p):
     c.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model (local and slurm)")
     c.add_argument("--unit-mb", type=float, default=256, help="a file larger than this is read as parts (MiB)")
     t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
-    t.add_argument("inputs", nargs="+")
+    t.add_argument("inputs", nargs="+", help="jsonl or plain-text files, tokenized in this order")
     t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
     t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
-    t.add_argument("--workers", type=int, default=2); t.add_argument("--text-key", default="text")
-    t.add_argument("--on-error", default="error", choices=["error", "skip", "replace"])
+    t.add_argument("--workers", type=int, default=2, help="tokenizing processes")
+    t.add_argument("--text-key", default="text", help="jsonl: the field that holds each document's text")
+    t.add_argument("--on-error", default="error", choices=["error", "skip", "replace"],
+                   help="a bad input (unreadable line or JSON, non-UTF-8 bytes): stop naming it, skip it, or "
+                        "replace bad bytes with U+FFFD")
     b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec "
                                      "or prefix (caches indices)")
     b.add_argument("data", help="blend spec (.json/.yaml), PREFIX, or 'mock'")
-    b.add_argument("--seq", type=int, default=64)
+    b.add_argument("--seq", type=int, default=64, help="tokens a sample (the sequence length)")
     b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
-    b.add_argument("--split", default="969,30,1"); b.add_argument("--seed", type=int, default=1234)
-    b.add_argument("--cache-dir", default="")
+    b.add_argument("--split", default="969,30,1", help="train,valid,test weights of the documents (Megatron style)")
+    b.add_argument("--seed", type=int, default=1234, help="the sample order's seed")
+    b.add_argument("--cache-dir", default="", help="where the sample-index caches go (default: beside the data)")
     bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the "
                                       "epochs table for a budget")
     bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
@@ -375,12 +382,13 @@ def cli_parser(p):
     bl.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
     s = sub.add_parser("stats", help="documents/tokens of PREFIX, or a blend table (+ epochs for --budget)")
     s.add_argument("data", help="PREFIX, blend spec, or 'paper'")
-    s.add_argument("--budget", type=float, default=270e9)
+    s.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
     s.add_argument("--plot", default=None, help="write the seaborn blend chart to this PNG")
     d = sub.add_parser("demo", help="fetch and prepare the demo corpus; prints the blend spec path")
-    d.add_argument("--cache-dir", default=None); d.add_argument("--eval-dir", default=None)
-    d.add_argument("--max-docs", type=int, default=2000)
-    d.add_argument("--max-bytes", type=int, default=3_000_000)
+    d.add_argument("--cache-dir", default=None, help="cache folder (default: $MTNLG_CACHE, else ~/.cache/mtnlg)")
+    d.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
+    d.add_argument("--max-docs", type=int, default=2000, help="at most this many documents from each source")
+    d.add_argument("--max-bytes", type=int, default=3_000_000, help="at most this many bytes of text from each source")
     return p
 
 def _sources(specs, split=""):

@@ -520,17 +520,21 @@ def cli_parser(parser):
     "Add `run`, `submit`, `status`, `cancel`, `logs` to the `mtnlg job` parser."
     sub = parser.add_subparsers(dest="job_command", metavar="ACTION", required=True)
     r = sub.add_parser("run", help="execute a notebook locally with papermill into runs/<name>/<timestamp>/")
-    r.add_argument("notebook"); _param_args(r)
+    r.add_argument("notebook", help="the notebook (.ipynb) to execute"); _param_args(r)
     r.add_argument("--run-dir", default=None,
                    help="exact run directory (default: a new runs/<name>/<timestamp>)")
     r.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
     s = sub.add_parser("submit", help="render an sbatch script that runs the notebook, and submit it")
-    s.add_argument("notebook"); _param_args(s)
-    s.add_argument("--nodes", type=int, default=1); s.add_argument("--gpus-per-node", type=int, default=8)
-    s.add_argument("--partition", default=None)
+    s.add_argument("notebook", help="the notebook (.ipynb) the job executes with papermill"); _param_args(s)
+    s.add_argument("--nodes", type=int, default=1, help="Slurm nodes of the job")
+    s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of each node (DGX: 8; 0 for a CPU job)")
+    s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
     s.add_argument("--time", default=None, help="HH:MM:SS or D-HH:MM:SS")
-    s.add_argument("--account", default=None); s.add_argument("--cpus-per-task", type=int, default=None)
-    s.add_argument("--ntasks-per-node", type=int, default=1)
+    s.add_argument("--account", default=None, help="Slurm account to charge (default: yours)")
+    s.add_argument("--cpus-per-task", type=int, default=None,
+                   help="CPUs of the batch task (default: the whole node when exclusive)")
+    s.add_argument("--ntasks-per-node", type=int, default=1,
+                   help="tasks of the allocation on each node (the notebook's srun starts its own ranks)")
     s.add_argument("--exclusive", action=argparse.BooleanOptionalAction, default=None,
                    help="whole nodes (default: yes with GPUs)")
     s.add_argument("--requeue", action="store_true",
@@ -542,11 +546,11 @@ def cli_parser(parser):
                    help=f"one of {', '.join(ENV_ACTIVATE)} or a shell command (default: this venv)")
     s.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     st = sub.add_parser("status", help="squeue for your jobs, or one job's state")
-    st.add_argument("job_id", nargs="?")
+    st.add_argument("job_id", nargs="?", help="a job id (default: all your jobs)")
     st.add_argument("--wait", action="store_true", help="wait until the job ends")
-    c = sub.add_parser("cancel", help="scancel a job"); c.add_argument("job_id")
-    lg = sub.add_parser("logs", help="the end of a job's Slurm log"); lg.add_argument("job_id")
-    lg.add_argument("-n", "--lines", type=int, default=50)
+    c = sub.add_parser("cancel", help="scancel a job"); c.add_argument("job_id", help="the job to cancel")
+    lg = sub.add_parser("logs", help="the end of a job's Slurm log"); lg.add_argument("job_id", help="the job")
+    lg.add_argument("-n", "--lines", type=int, default=50, help="lines from the end of the log")
     return parser
 
 # %% ../nbs/09_jobs.ipynb #0e3d2785

@@ -181,3 +181,75 @@ def test_output_check_catches_stale_and_missing_outputs(tmp_path, monkeypatch):
     assert docs_build.check_outputs(["zz"]) == []
     fresh.cells[0].outputs[0]["text"] = "41\n"; nbformat.write(fresh, tmp_path / "zz.ipynb")
     assert "committed text differs" in docs_build.check_outputs(["zz"])[0]
+
+# --- formulas and code width (issue 44) ---------------------------------------------------------------------------
+def poll(browser, js, done, seconds=30.0):
+    "Evaluate `js` until `done(value)` or `seconds` have passed; its last value."
+    t = time.time()
+    while True:
+        v = browser.eval(js)
+        if done(v) or time.time() - t > seconds: return v
+        time.sleep(0.2)
+
+# A page's math as mkdocs-jupyter and arithmatex wrap it (`.arithmatex`), how much of it MathJax typeset, and TeX
+# delimiters left as text in its prose (what a reader sees when no MathJax runs)
+MATH = r"""(() => { const a = document.querySelector('article');
+  const spans = Array.from(a.querySelectorAll('.arithmatex'));
+  const prose = Array.from(a.querySelectorAll('.jp-MarkdownOutput')).map(e => e.innerText).join('\n');
+  return {math: spans.length, typeset: spans.filter(s => s.querySelector('mjx-container')).length,
+          raw: (prose.match(/\\\[|\\\(|\$\$/g) || []).length}; })()"""
+
+def math_problems(browser, url, wait=30.0):
+    "What keeps the page's formulas from showing as math ([] when every one is typeset and no TeX shows)."
+    browser.open(url)
+    m = poll(browser, MATH, lambda m: m["math"] and m["typeset"] == m["math"], wait)
+    return ([f"{m['math'] - m['typeset']} of {m['math']} formulas not typeset"] if m["typeset"] < m["math"] else []) + \
+           ([f"{m['raw']} TeX delimiters shown as text"] if m["raw"] else []) + ([] if m["math"] else ["no math"])
+
+def test_formulas_render_as_math_from_the_local_mathjax(site, served, browser):
+    "01_memory's formulas are typeset by the site's own MathJax (no CDN); control: with that file blocked, raw TeX."
+    out, _ = site
+    html = (out / "nbs" / "01_memory.html").read_text()
+    scripts = re.findall(r'<script[^>]*\bsrc="([^"]+)"', html)
+    assert any(s.endswith("assets/mathjax/tex-mml-chtml.js") for s in scripts), scripts
+    assert not [s for s in scripts if "//" in s], f"scripts from other hosts: {scripts}"     # offline: local only
+    assert (out / "assets" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()   # its fonts too
+    url = served + "nbs/01_memory.html"
+    assert math_problems(browser, url) == []
+    n = browser.eval(MATH)["math"]
+    assert n >= 50, n                                        # 01_memory's inline and display formulas
+    browser.call("Network.enable")
+    try:
+        browser.call("Network.setBlockedURLs", urls=["*tex-mml-chtml.js"])      # control: no MathJax
+        bad = math_problems(browser, url, wait=3.0)
+        assert any("not typeset" in b for b in bad) and any("TeX delimiters" in b for b in bad), bad
+    finally:
+        browser.call("Network.setBlockedURLs", urls=[]); browser.call("Network.disable")
+
+# The code cells' width at the browser's 1280 px window: the width 110 characters of their font need, the width a
+# line has, and the code blocks that hide part of a line (scrolled sideways). `strip` removes the site's stylesheet.
+CODE_WIDTH = r"""((strip) => {
+  if (strip) document.querySelectorAll('link[href*="extra.css"]').forEach(l => l.remove());
+  const pres = Array.from(document.querySelectorAll('article .jp-InputArea .highlight-ipynb pre'));
+  const cs = getComputedStyle(pres[0]), pad = parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight);
+  const probe = pres[0].cloneNode(false);              // a code block of one 110-character line, as wide as it needs
+  probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre;width:auto;max-width:none';
+  probe.textContent = 'x'.repeat(110); pres[0].parentNode.appendChild(probe);
+  const need = probe.getBoundingClientRect().width - pad; probe.remove();
+  const line = pres[0].clientWidth - pad;
+  const cut = pres.filter(p => p.scrollWidth > p.clientWidth + 1)
+                  .map(p => Math.max(...p.textContent.split('\n').map(l => l.length)));
+  return {blocks: pres.length, need110: need, line: line, cut: cut,
+          longest: Math.max(...pres.map(p => Math.max(...p.textContent.split('\n').map(l => l.length))))};
+})"""
+
+def test_code_lines_are_not_cut(site, served, browser):
+    """A code line of up to 110 characters fits the content column at 1280 px, and no line is hidden (a longer one
+    wraps); control: the same page without the site's stylesheet (docs/assets/stylesheets/extra.css) cuts lines."""
+    browser.open(served + "nbs/03_model.html")
+    w = browser.eval(CODE_WIDTH + "(false)")
+    assert w["blocks"] > 10 and w["longest"] > 110, w          # the page has lines longer than 110 characters
+    assert w["line"] >= w["need110"], w
+    assert w["cut"] == [], w
+    control = browser.eval(CODE_WIDTH + "(true)")
+    assert control["line"] < control["need110"] and len(control["cut"]) > 5, control

@@ -134,11 +134,33 @@ def _run(cmd, **kw):
 def wheel(tmp_path_factory):
     "The mtnlg wheel, built from a copy of the package files (nothing is written into the repo)."
     src = tmp_path_factory.mktemp("wheel_src")
-    for name in ("setup.py", "settings.ini", "README.md"): shutil.copy(ROOT / name, src)
+    for name in ("setup.py", "settings.ini", "README.md", "LICENSE"): shutil.copy(ROOT / name, src)
     shutil.copytree(ROOT / "mtnlg", src / "mtnlg", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src])
     return next(out.glob("mtnlg-*.whl"))
+
+def wheel_license(whl: Path):
+    "(licence text, License-File entries of METADATA) of a wheel; the text is None when the wheel carries none."
+    import zipfile
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        lic = [n for n in names if re.search(r"\.dist-info/(licenses/)?LICENSE$", n)]
+        return (z.read(lic[0]).decode() if lic else None), re.findall(r"(?m)^License-File: (.+)$", meta)
+
+def test_wheel_carries_the_apache_license(wheel, tmp_path):
+    "LICENSE (Apache 2.0, as settings.ini's `license = apache2` says) ships in the wheel and METADATA names it."
+    import zipfile
+    text = (ROOT / "LICENSE").read_text()
+    assert settings()["license"] == "apache2" and "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "[yyyy]" not in text and "Copyright 2026 the mtnlg authors" in text        # the appendix filled in
+    assert wheel_license(wheel) == (text, ["LICENSE"])
+    bare = tmp_path / wheel.name                            # control: the same wheel with its licence file left out
+    with zipfile.ZipFile(wheel) as z, zipfile.ZipFile(bare, "w") as out:
+        for i in z.infolist():
+            if not i.filename.endswith("/LICENSE"): out.writestr(i, z.read(i))
+    assert wheel_license(bare)[0] is None
 
 # Run inside the test venv: the installed distributions that mtnlg does not need (left by an earlier pin set).
 PRUNE = """

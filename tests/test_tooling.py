@@ -190,3 +190,21 @@ def test_readme_is_the_index_notebook_rendered():
     assert not _markdown_not_in(readme), f"README.md differs from nbs/index.ipynb: edit the notebook, then run " \
                                          f"`make readme` ({_markdown_not_in(readme)})"
     assert _markdown_not_in(readme.replace("make test", "make tests", 1))           # the control: one word edited
+
+def story_table_problems(readme: str) -> list:
+    "How the README's story table differs from nbs/: every notebook, in the folder's order, each linked to its file."
+    rows = re.findall(r"(?m)^\| \[`(\w+)`\]\((nbs/\w+\.ipynb)\) \|", readme)
+    stems = sorted(p.stem for p in (ROOT / "nbs").glob("*.ipynb") if p.stem != "index")
+    out = [f"row {s}: links {link}" for s, link in rows if link != f"nbs/{s}.ipynb"]
+    if [s for s, _ in rows] != stems:
+        out.append(f"rows {[s for s, _ in rows]} are not nbs/ in its order {stems}")
+    return out
+
+def test_readme_story_table_lists_every_notebook_in_order():
+    "The story table has one linked row per notebook, in nbs/'s order; controls: a row moved, a row left out."
+    readme = (ROOT / "README.md").read_text()
+    assert story_table_problems(readme) == []
+    rows = re.findall(r"(?m)^\| \[`\w+`\].*\n", readme)
+    assert story_table_problems(readme.replace(rows[1], "").replace(rows[3], rows[3] + rows[1]))      # moved
+    assert story_table_problems(readme.replace(rows[-2], ""))                                         # left out
+    assert "https://arxiv.org/abs/2201.11990" in readme and "](benchmarks/RESULTS.md)" in readme and "](nbs/)" in readme
