@@ -28,9 +28,9 @@ from .topology import seed_all
 
 # %% auto #0
 __all__ = ['ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
-           'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save', 'save_items',
-           'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout', 'check_rng',
-           'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
+           'metadata_bytes', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save',
+           'save_items', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout',
+           'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000007
 def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
@@ -139,21 +139,32 @@ def tiling_fault(size, chunks) -> str | None:
         if at != cols: return f"rows {lo}-{hi}, columns {at}-{cols} missing"
     return None
 
-def dcp_metadata(records) -> Metadata:
-    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless they tile each tensor."
+def _metadata(records) -> Metadata:
+    "DCP's `Metadata` of `write_pieces` records, unchecked."
     tensors, where = {}, {}
     for key, size, offsets, sizes, dtype, file, start, length in records:
         md = tensors.setdefault(key, TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(size), []))
         where[MetadataIndex(key, torch.Size(offsets), len(md.chunks))] = patches.dcp_storage_info(file, start,
                                                                                                   length)
         md.chunks.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
-    for key, md in tensors.items():
-        fault = tiling_fault(md.size, [(c.offsets, c.sizes) for c in md.chunks])
+    return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
+                    version=CURRENT_DCP_VERSION)
+
+def dcp_metadata(records) -> Metadata:
+    "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless they tile each tensor."
+    md = _metadata(records)
+    for key, t in md.state_dict_metadata.items():
+        fault = tiling_fault(t.size, [(c.offsets, c.sizes) for c in t.chunks])
         if fault:
             raise CheckpointError(f"{key}: the ranks' pieces do not tile it ({fault}); the checkpoint would not "
                                   "hold the model, so it is not completed")
-    return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
-                    version=CURRENT_DCP_VERSION)
+    return md
+
+def metadata_bytes(items: list, rank: int) -> int:
+    "Bytes rank `rank`'s `save_items` add to a checkpoint's `.metadata` (its pieces' entries, pickled as committed)."
+    records = [(k, tuple(size), tuple(off), tuple(t.shape), t.dtype, f"__{rank}_0.distcp", 0,
+                t.numel() * t.element_size()) for k, size, off, t in items]
+    return len(pickle.dumps(_metadata(records)))
 
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000035

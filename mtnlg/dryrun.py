@@ -205,7 +205,8 @@ def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None
                     layers=sum(1 for mod in engine.module.modules() if type(mod).__name__ == "Block"),
                     micro_batches=nmb, peak_bytes=mem.peak, measured=mem.at_peak, comm=ops, comm_bytes=comm_bytes,
                     checkpoint_bytes=sum(t.numel() * t.element_size() for *_, t in items),
-                    checkpoint_pieces=len(items), step_seconds=seconds, scalar_reads=dict(scalars.reads),
+                    checkpoint_pieces=len(items), metadata_bytes=CK.metadata_bytes(items, rank),
+                    world_size=topo.world_size, step_seconds=seconds, scalar_reads=dict(scalars.reads),
                     wall_s=time.time() - t_start,
                     host_peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     finally: T.shutdown()
@@ -273,6 +274,9 @@ def _report(r: dict) -> str:
     got, want = r["checkpoint_bytes"], r["planned_checkpoint_bytes"]
     lines.append(f"  {'checkpoint':<14}{got / G:>10.3f}{want / G:>10.3f}{got / max(want, 1):>8.3f}  "
                  f"({r['checkpoint_pieces']} pieces)")
+    share = r["metadata_bytes"]                               # this rank's entries of the global `.metadata`
+    lines.append(f"  {'.metadata':<14}{share / 2 ** 10:>9.1f}K  this rank's entries; about "
+                 f"{share * r['world_size'] / 2 ** 20:.1f} MiB for all {r['world_size']} ranks at this share")
     lines.append(f"  the plan's peak: moment {r['planned_moment']}; the dry run: {r['wall_s']:.1f} s, host peak "
                  f"{r['host_peak_bytes'] / G:.2f} GiB")
     return "\n".join(lines)

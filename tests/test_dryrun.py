@@ -28,6 +28,8 @@ def assert_as_planned(r):
     sent = {k: v for k, v in r["comm_bytes"].items() if k != "scalars"}
     assert sent == r["planned_comm_bytes"], (r["rank"], sent, r["planned_comm_bytes"])
     assert r["checkpoint_bytes"] == r["planned_checkpoint_bytes"], r["rank"]
+    # the rank's entries of the global `.metadata`: one per piece (a few hundred bytes each), not per value
+    assert 50 * r["checkpoint_pieces"] < r["metadata_bytes"] < 2000 * r["checkpoint_pieces"], r["metadata_bytes"]
 
 
 @pytest.mark.slow
