@@ -67,6 +67,7 @@ def _locked(f: Path) -> bool | None:
     if fcntl is None: return None
     try: fd = os.open(f, os.O_RDWR)
     except FileNotFoundError: return False
+    except OSError: return None                                   # another user's lease: judged by process
     try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError: return True
     except OSError: return None                                   # e.g. ENOLCK
