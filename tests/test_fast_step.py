@@ -152,18 +152,22 @@ def test_one_pass_loss_at_tp2(tmp_path):
 
 
 class HostReads(TorchDispatchMode):
-    "Counts the host reads of tensor values (`.item()`, `bool()`, `float()`: aten._local_scalar_dense)."
+    "Host reads of tensor values (`.item()`, `bool()`, `float()`: _local_scalar_dense); elements zeroed."
     def __init__(self):
         super().__init__()
-        self.n = 0
+        self.n, self.zeroed = 0, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += func is torch.ops.aten._local_scalar_dense.default
+        if func is torch.ops.aten.zero_.default: self.zeroed += args[0].numel()
+        if func is torch.ops.aten._foreach_zero_.default: self.zeroed += sum(t.numel() for t in args[0])
         return func(*args, **(kwargs or {}))
 
 
-def engine_steps(sync_free, nan_at=2, steps=5):
-    "(losses, host reads per train_batch, norms, skipped steps, final weights) of the bf16 engine, NaN at `nan_at`."
+def engine_steps(sync_free, nan_at=2, steps=5, frozen_at=3):
+    """(losses, host reads per train_batch, norms, skipped steps, final weights, elements zeroed per train_batch,
+    the fp32 gradients' size, the frozen weight's) of the bf16 engine, NaN at `nan_at`, a layer norm's weight frozen
+    at `frozen_at` only."""
     from mtnlg.config import load_config
     from mtnlg.model import init_parameters
     from mtnlg.pipeline import build_pipeline, build_engine
@@ -174,14 +178,19 @@ def engine_steps(sync_free, nan_at=2, steps=5):
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed)
     engine = build_engine(cfg, topo, module, grad_accum=1)
-    g, loss_fn, out = torch.Generator().manual_seed(0), engine.module.loss_fn, ([], [], [])
+    g, loss_fn, out = torch.Generator().manual_seed(0), engine.module.loss_fn, ([], [], [], [])
+    frozen = next(p for n, p in module.named_parameters() if ".ln1." in n)    # no gradient at `frozen_at`
     for step in range(steps):
         x = torch.randint(0, 1000, (2, cfg.model.seq_length + 1), generator=g)
         if step == nan_at: engine.module.loss_fn = lambda a, b: loss_fn(a, b) * float("nan")   # a planted NaN
+        frozen.requires_grad_(step != frozen_at)
         with HostReads() as reads: loss = engine.train_batch(iter([(x[:, :-1].contiguous(), x[:, 1:].contiguous())]))
         engine.module.loss_fn = loss_fn
-        for acc, v in zip(out, (float(loss), reads.n, float(engine.get_global_grad_norm()))): acc.append(v)
-    return (*out, engine.skipped_steps, [p.detach().clone() for p in module.parameters()])
+        for acc, v in zip(out, (float(loss), reads.n, float(engine.get_global_grad_norm()), reads.zeroed)):
+            acc.append(v)
+    sizes = sum(f.numel() for f in engine.optimizer.fp32_groups_gradients_flat)
+    return (*out[:3], engine.skipped_steps, [p.detach().clone() for p in module.parameters()], out[3], sizes,
+            frozen.numel())
 
 
 def test_sync_free_step_reads_the_host_once(world):
@@ -193,6 +202,19 @@ def test_sync_free_step_reads_the_host_once(world):
     assert all(torch.equal(a, b) for a, b in zip(old[4], new[4]))
     clean = engine_steps(True, nan_at=-1)                              # control: without the NaN the weights differ
     assert clean[3] == 0 and not all(torch.equal(a, b) for a, b in zip(clean[4], new[4]))
+
+
+def test_sync_free_step_zeroes_no_gradient_twice(world, monkeypatch):
+    "DeepSpeed clears the fp32 gradients twice a step; the sync-free step only the slices no backward wrote."
+    import mtnlg.patches
+    old, new = engine_steps(False), engine_steps(True)                # a layer norm frozen at step 3 in both
+    size, frozen = old[6], old[7]
+    assert old[5] == [2 * size] * 5, (old[5], size)                   # step's end, then the engine's zero_grad
+    assert new[5] == [0, 0, 0, frozen, 0], new[5]                     # the frozen weight's slice, before its step
+    assert all(torch.equal(a, b) for a, b in zip(old[4], new[4]))     # bit-equal weights, the frozen step included
+    monkeypatch.setattr(mtnlg.patches, "zero_ungraded", lambda opt: None)
+    stale = engine_steps(True)                                        # control: a stale slice is stepped
+    assert not all(torch.equal(a, b) for a, b in zip(old[4], stale[4]))
 
 
 def compiled_step(cfg, layers, once, backend="eager", nested=True):
