@@ -205,7 +205,7 @@ def main(argv=None):
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     engine = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), m, cfg.seed), grad_accum=1)
     step = lambda t, l: engine.train_batch(iter([(t, l)]))
-    par = dataclasses.replace(cfg.parallel)
+    par = dataclasses.replace(cfg.parallel, **{s: False for s in SWITCHES})   # the base rung: every switch off
     for rung in ("mtnlg",) + tuple(f"+{s}" for s in SWITCHES):
         if rung.lstrip("+") in skip: continue
         if time.time() > ladder.deadline: ladder.rung(rung, error="skipped: --budget spent"); continue

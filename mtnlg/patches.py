@@ -11,7 +11,7 @@ from importlib.metadata import version as installed_version
 
 # %% auto #0
 __all__ = ['PATCHES', 'Patch', 'unchecked_note', 'check_patches', 'relink_optimizer_state', 'hp_mapping',
-           'explicit_split_pipeline', 'route_fp32_clipping', 'lean_bf16_grads', 'zero_ungraded', 'sync_free_bf16_step',
+           'explicit_split_pipeline', 'route_fp32_clipping', 'zero_ungraded', 'lean_bf16_grads', 'sync_free_bf16_step',
            'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm',
            'resume_nested_graph_breaks', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
            'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location',
@@ -141,13 +141,24 @@ def route_fp32_clipping(engine, norm_fn):
     engine.clip_fp32_gradients = types.MethodType(clip_fp32_gradients, engine)
 
 # %% ../nbs/00b_patches.ipynb #f4ac6532
+def zero_ungraded(opt):
+    "Zero the fp32 gradient slices of `opt` no backward wrote since its last step, and count them written."
+    import torch
+    stale = []
+    for grads, written in zip(opt.fp32_groups_gradients, opt.fp32_groups_has_gradients):
+        stale += [g for g, w in zip(grads, written) if not w]
+        written[:] = [True] * len(written)            # a zero gradient: adds nothing to the norm, clipped to zero
+    if stale: torch._foreach_zero_(stale)
+
 @_registered("deepspeed", "0.19.8",
              ["deepspeed.runtime.bf16_optimizer:BF16_Optimizer._update_hp_grad",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.clear_hp_grads",
+              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.zero_grad",
               "deepspeed.runtime.pipe.engine:PipelineEngine._bf16_reduce_grads",
               "deepspeed.runtime.engine:MEMORY_OPT_ALLREDUCE_SIZE"],
              "bf16 gradients into the fp32 buffers (fp32_groups_gradients) without a cast copy per tensor, and the "
              "data-parallel all-reduce in place on those buffers; DeepSpeed flattens and copies them back, also at "
-             "DP=1 (no option for either)")
+             "DP=1, and zeroes the buffers twice a step (its step's end, the engine's zero_grad) (no option for any)")
 def lean_bf16_grads(engine, on: bool = True):
     "Each bf16 gradient moved once into its fp32 buffer and all-reduced there (`on=False`: DeepSpeed's own way)."
     import types
@@ -155,7 +166,7 @@ def lean_bf16_grads(engine, on: bool = True):
     from deepspeed.runtime.engine import MEMORY_OPT_ALLREDUCE_SIZE
     opt = engine.optimizer
     if not on:
-        opt.__dict__.pop("_update_hp_grad", None)
+        for name in ("_update_hp_grad", "clear_hp_grads"): opt.__dict__.pop(name, None)
         engine.__dict__.pop("_bf16_reduce_grads", None)
         return
     if engine.has_moe_layers or opt.autoep_folding_tp_group is not None:   # expert gradients: DeepSpeed's own way
@@ -170,8 +181,10 @@ def lean_bf16_grads(engine, on: bool = True):
         lp._hp_grad = hp_grad
         self.fp32_groups_has_gradients[group_idx][param_idx] = True
         lp.grad = None                                # kept, it would be zeroed and added to by the next backward
+    def clear_hp_grads(self):                         # no memset: the next first gradient overwrites each slice
+        for i, group in enumerate(self.fp32_groups_gradients): self.fp32_groups_has_gradients[i] = [False] * len(group)
     def reduce_grads(self):
-        if "clear_hp_grads" in self.optimizer.__dict__: zero_ungraded(self.optimizer)   # sync-free step: lazy clear
+        zero_ungraded(self.optimizer)                 # slices no backward wrote: zero before they are summed
         group = self.mpu.get_data_parallel_group()
         world = dist.get_world_size(group)
         if world == 1: return                         # one replica: nothing to sum or average
@@ -180,42 +193,30 @@ def lean_bf16_grads(engine, on: bool = True):
                 piece = flat.narrow(0, start, min(MEMORY_OPT_ALLREDUCE_SIZE, flat.numel() - start))
                 self.allreduce_bucket([piece], group, world)    # a one-tensor flatten is a view: reduced in place
     opt._update_hp_grad = types.MethodType(update_hp_grad, opt)
+    opt.clear_hp_grads = types.MethodType(clear_hp_grads, opt)
     engine._bf16_reduce_grads = types.MethodType(reduce_grads, engine)
 
 # %% ../nbs/00b_patches.ipynb #1932a1e1
-def zero_ungraded(opt):
-    "Zero the fp32 gradient slices of `opt` no backward wrote since its last step, and count them written."
-    import torch
-    stale = []
-    for grads, written in zip(opt.fp32_groups_gradients, opt.fp32_groups_has_gradients):
-        stale += [g for g, w in zip(grads, written) if not w]
-        written[:] = [True] * len(written)            # a zero gradient: adds nothing to the norm, clipped to zero
-    if stale: torch._foreach_zero_(stale)
-
 @_registered("deepspeed", "0.19.8",
              ["deepspeed.runtime.bf16_optimizer:BF16_Optimizer.step",
-              "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.zero_grad",
               "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.get_grads_for_norm",
               "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.update_lp_params",
               "deepspeed.runtime.bf16_optimizer:BF16_Optimizer.clear_hp_grads",
               "deepspeed.runtime.bf16_optimizer:BF16_Optimizer._lazy_init_hp_params_optimizer_state",
               "deepspeed.runtime.utils:get_global_norm_of_tensors"],
              "BF16_Optimizer.step reads the gradient norm on the host twice (the non-finite check and the clip "
-             "coefficient), stalling the host on the GPU, and zeroes the fp32 gradients twice a step (its end, then "
-             "the engine's zero_grad) where lean_bf16_grads' first copy overwrites them; no option for either")
+             "coefficient), stalling the host on the GPU; no option keeps them on the device")
 def sync_free_bf16_step(engine, on: bool = True):
     "The bf16 optimizer's step with clipping and the non-finite skip on the device (`on=False`: DeepSpeed's own)."
     import types, torch
     from deepspeed.runtime.utils import get_global_norm_of_tensors
     opt = engine.optimizer
-    if not on:
-        for name in ("step", "clear_hp_grads"): opt.__dict__.pop(name, None)
-        return
+    if not on: return opt.__dict__.pop("step", None)
     inner = opt.optimizer
     if opt.has_moe_layers or getattr(opt, "_uses_muon", False) or not getattr(inner, "_step_supports_amp_scaling", 0):
         raise ValueError("sync_free_bf16_step: needs a fused torch optimizer (it takes found_inf), no MoE, no Muon")
     def step(self, closure=None):
-        zero_ungraded(self)                           # slices no backward wrote (none, in a dense model)
+        zero_ungraded(self)                           # slices no backward wrote, where no reduction zeroed them
         norm = get_global_norm_of_tensors(self.get_grads_for_norm()[0], mpu=self.mpu, norm_type=self.norm_type)
         found_inf = (norm < 0).float()                  # DeepSpeed's norm is -1 where not finite
         if self.clip_grad > 0:
@@ -232,12 +233,7 @@ def sync_free_bf16_step(engine, on: bool = True):
         self.clear_hp_grads()
         self.overflow = bool(found_inf.item())        # the one host read, once everything is queued
         self._global_grad_norm = float("inf") if self.overflow else norm
-    def clear_hp_grads(self):                         # no memset: the next first gradient overwrites each slice
-        for i, group in enumerate(self.fp32_groups_gradients): self.fp32_groups_has_gradients[i] = [False] * len(group)
-    if "_update_hp_grad" not in opt.__dict__:
-        raise ValueError("sync_free_bf16_step: needs lean_bf16_grads (its first gradient copies over the slice)")
     opt.step = types.MethodType(step, opt)
-    opt.clear_hp_grads = types.MethodType(clear_hp_grads, opt)
 
 # %% ../nbs/00b_patches.ipynb #9fb3d504
 _DS_GROUPS = ["mpu", "_WORLD_GROUP", "_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
