@@ -90,6 +90,7 @@ def _exact(t: torch.Tensor) -> bool:
     "Whether `torch.save(t)` writes exactly `t`'s values, row-major (not a view into a larger storage)."
     return t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes
 
+# %% ../nbs/04b_checkpoint.ipynb #0a559c41
 class _Digesting:
     "A file being written, with the sha256 of every byte written through it."
     def __init__(self, f): self.f, self.sha = f, hashlib.sha256()
@@ -118,6 +119,7 @@ def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
         os.fsync(raw.fileno())
     return out, f.sha.hexdigest()
 
+# %% ../nbs/04b_checkpoint.ipynb #a2e19af7
 def tiling_fault(size, chunks) -> str | None:
     "Why pieces [(offsets, sizes)] do not tile a tensor of `size` (<= 2-D) exactly: a gap or overlap; None if they do."
     rows, cols = (list(size) + [1, 1])[:2] if size else (1, 1)
@@ -139,6 +141,7 @@ def tiling_fault(size, chunks) -> str | None:
         if at != cols: return f"rows {lo}-{hi}, columns {at}-{cols} missing"
     return None
 
+# %% ../nbs/04b_checkpoint.ipynb #695e2128
 def _metadata(records) -> Metadata:
     "DCP's `Metadata` of `write_pieces` records, unchecked."
     tensors, where = {}, {}
@@ -160,12 +163,12 @@ def dcp_metadata(records) -> Metadata:
                                   "hold the model, so it is not completed")
     return md
 
+# %% ../nbs/04b_checkpoint.ipynb #2c6e4eab
 def metadata_bytes(items: list, rank: int) -> int:
     "Bytes rank `rank`'s `save_items` add to a checkpoint's `.metadata` (its pieces' entries, pickled as committed)."
     records = [(k, tuple(size), tuple(off), tuple(t.shape), t.dtype, f"__{rank}_0.distcp", 0,
                 t.numel() * t.element_size()) for k, size, off, t in items]
     return len(pickle.dumps(_metadata(records)))
-
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000035
 class _Range(io.RawIOBase):
@@ -184,6 +187,7 @@ class _Range(io.RawIOBase):
         self.pos += got
         return got
 
+# %% ../nbs/04b_checkpoint.ipynb #440f92c2
 def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     "(first element, count) of each contiguous run of box [offsets, offsets + lengths) of a row-major `shape`."
     k = len(shape)
@@ -194,6 +198,7 @@ def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     return [(sum(i * s for i, s in zip(idx, strides)) + offsets[k - 1] * inner, lengths[k - 1] * inner)
             for idx in itertools.product(*(range(o, o + n) for o, n in zip(offsets[:k - 1], lengths[:k - 1])))]
 
+# %% ../nbs/04b_checkpoint.ipynb #19624bdc
 def _pread_into(fd: int, buf, at: int):
     "Fill `buf` from file offset `at`; `CheckpointError` at a short file."
     done, view = 0, memoryview(buf).cast("B")
@@ -207,6 +212,7 @@ def _row_major(size, stride) -> bool:
     want = [math.prod(size[j + 1:]) for j in range(len(size))]
     return all(s == w for s, w, n in zip(stride, want, size) if n != 1)
 
+# %% ../nbs/04b_checkpoint.ipynb #b90a6e80
 def _stored_layout(fd: int, start: int, length: int):
     "(file offset of its first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length), or None."
     try:
@@ -222,6 +228,7 @@ def _stored_layout(fd: int, start: int, length: int):
     name_len, extra_len = struct.unpack("<HH", os.pread(fd, 30, start + rec.header_offset)[26:30])
     return start + rec.header_offset + 30 + name_len + extra_len + offset * dtype.itemsize, dtype, tuple(size)
 
+# %% ../nbs/04b_checkpoint.ipynb #71c01736
 class CheckpointReader(FileSystemReader):
     "DCP's file reader that reads `.metadata` once and, of each stored piece, only the bytes a load asks for."
     def __init__(self, path):
@@ -350,6 +357,7 @@ def _has_moments(engine, topo) -> bool:
     "Whether every rank's optimizer has Adam state (after its first step)."
     return _all_ranks(bool(_inner_optimizer(engine).state), topo)
 
+# %% ../nbs/04b_checkpoint.ipynb #f0116c2d
 KILL_POINTS = ("data", "metadata", "complete", "latest")
 
 def _inject_kill(point: str, step: int, rank: int):
@@ -367,6 +375,7 @@ def _slow_staging():
     "Fault injection for tests: `MTNLG_INJECT_SLOW_STAGING=S` starts an async save's copy S seconds late."
     time.sleep(float(os.environ.get("MTNLG_INJECT_SLOW_STAGING", "0")))
 
+# %% ../nbs/04b_checkpoint.ipynb #12371070
 _STAGING = weakref.WeakKeyDictionary()          # optimizer -> the event of the copy its next step must wait for
 
 def _guard_optimizer(optimizer):
@@ -380,6 +389,7 @@ def _guard_optimizer(optimizer):
     _STAGING[optimizer] = threading.Event()
     _STAGING[optimizer].set()
 
+# %% ../nbs/04b_checkpoint.ipynb #96942203
 def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
             protect=()):
     "Make folder `d` a checkpoint (one process): `.metadata`, digests, state, config; then `COMPLETE`; then `latest`."
@@ -396,6 +406,7 @@ def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, 
     atomic_write_text(d.parent / "latest", d.name)
     if run is not None: prune_checkpoints(run, cfg.keep_last, protect)
 
+# %% ../nbs/04b_checkpoint.ipynb #15137319
 @dataclasses.dataclass
 class _Save:
     "One save in flight."
@@ -407,6 +418,7 @@ class _Save:
     error: str | None = None                  # why the save failed, the same on every rank
     steps_since: int = 0
 
+# %% ../nbs/04b_checkpoint.ipynb #b5cc6d54
 def save_items(engine, topo, cfg: RunConfig, moments: bool | None = None) -> list[tuple]:
     "This rank's pieces of a save, [(key, full size, offsets, tensor view)] (`moments` None: asked of all ranks)."
     _link_optimizer_state(engine)
@@ -415,12 +427,14 @@ def save_items(engine, topo, cfg: RunConfig, moments: bool | None = None) -> lis
     return [(k, p.size(), off, t) for k, p in engine_state(engine, cfg, keys, saving=True).items()
             for off, _, t in p.rects]
 
+# %% ../nbs/04b_checkpoint.ipynb #86956322
 def _attempt(fn) -> str | None:
     "Run `fn`; None, or what went wrong (sent to the other ranks)."
     try: fn()
     except Exception as e: return f"{type(e).__name__}: {e}"
     return None
 
+# %% ../nbs/04b_checkpoint.ipynb #df8904e6
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
     def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
@@ -523,6 +537,7 @@ class Checkpointer:
                                   "and --resume")
         return job.folder
 
+# %% ../nbs/04b_checkpoint.ipynb #e4f62017
 def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=()) -> Path:
     "Write the checkpoint of step `state['step']` now (every rank calls this); returns its folder."
     sync = dataclasses.replace(cfg, async_checkpoint=False)
