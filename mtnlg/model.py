@@ -130,6 +130,7 @@ class Attention(nn.Module):
         B, _, S, _ = o.shape
         return _linear(self.proj, o.transpose(1, 2).reshape(B, S, self.heads * self.head_dim), self.bias_in_gemm)
 
+# %% ../nbs/03_model.ipynb #408d36a6
 _attend_uncompiled = torch.compiler.disable(Attention.attend)   # compile_once: dynamo breaks its graph here
 
 def _packing_kernel(q, packed: bool):
@@ -138,6 +139,7 @@ def _packing_kernel(q, packed: bool):
     from torch.nn.attention import sdpa_kernel, SDPBackend
     return sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)
 
+# %% ../nbs/03_model.ipynb #031112fa
 def _packed_base(grads, shape):
     "The one [B, S, 3, heads, hd] buffer whose slices `grads` (each [B, S, heads, hd]) are, if they are; else None."
     g0 = grads[0]
@@ -149,6 +151,7 @@ def _packed_base(grads, shape):
             return None
     return g0.as_strided(shape, stride, g0.storage_offset())
 
+# %% ../nbs/03_model.ipynb #ac0be1d5
 class QKVHeads(torch.autograd.Function):
     "q, k, v [B, heads, S, hd]: views of the projection's output; gradients back in its layout, packed ones uncopied."
     @staticmethod
@@ -167,6 +170,7 @@ class QKVHeads(torch.autograd.Function):
         packed = base if base is not None else torch.stack(per_head, 2)   # no copy when packed already
         return packed.view(B, S, 3 * heads * hd), None
 
+# %% ../nbs/03_model.ipynb #9b86c22b
 class MLP(nn.Module):
     "GELU MLP, ffn_hidden_size wide (4h); each TP rank owns ffn/tp units."
     def __init__(self, cfg: ModelConfig, parallel: ParallelConfig | None = None):
@@ -211,10 +215,12 @@ class Block(nn.Module):
         x = self.dropout_add(x, self.attn.project(o), self.drop.p, self.training)
         return self.dropout_add(x, self.mlp(self.ln2(x)), self.drop.p, self.training)
 
+# %% ../nbs/03_model.ipynb #b587b0cc
 def _dropout_add(x, y, p: float, training: bool):
     "The residual add after a dropout: x + dropout(y) (compiled by `fused_dropout_add`: one kernel)."
     return x + F.dropout(y, p, training)
 
+# %% ../nbs/03_model.ipynb #6ea2ebec
 class FinalNorm(nn.Module):
     "The LayerNorm after the last block."
     full_prefix = "final_norm"
@@ -238,6 +244,7 @@ class Head(nn.Module):
         logits, _ = self.out(x)
         return logits
 
+# %% ../nbs/03_model.ipynb #fd99a0aa
 def tied_logits(embedding: Embedding, x):
     "Vocab-parallel logits [B, S, Vp/tp] from the (tied) input embedding matrix."
     from megatron.core import tensor_parallel as tpl
@@ -254,6 +261,7 @@ def _masked(logits, vocab_size):
     pad = torch.arange(start, start + n, device=logits.device) >= vocab_size
     return logits.masked_fill(pad, float("-inf"))
 
+# %% ../nbs/03_model.ipynb #640000ec
 CE_BLOCK = 2 ** 24   # logits per fp32 block (64 MB): rows per block = CE_BLOCK // (V/tp)
 
 def _tp_all_reduce(t, op):
@@ -262,6 +270,7 @@ def _tp_all_reduce(t, op):
         torch.distributed.all_reduce(t, op=op, group=ps.get_tensor_model_parallel_group())
     return t
 
+# %% ../nbs/03_model.ipynb #c3df9dae
 class VocabParallelCrossEntropy(torch.autograd.Function):
     "Per-token cross entropy [N] of vocab-parallel logits [N, V/tp] (any dtype), in fp32 blocks of rows."
     @staticmethod
@@ -306,6 +315,7 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
             o.scatter_(1, j, torch.where(mine[i:i + rows, None], lab[i:i + rows], o.gather(1, j)))
         return out, None, None
 
+# %% ../nbs/03_model.ipynb #d17b0783
 def lm_loss(logits, labels, vocab_size: int, one_pass: bool = False):
     "Mean next-token cross entropy from vocab-parallel logits [B, S, Vp/tp] and labels [B, S]."
     ce = OnePassCrossEntropy if one_pass else VocabParallelCrossEntropy          # one_pass: below
