@@ -48,6 +48,7 @@ def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
             i += k * cols
     return out
 
+# %% ../nbs/04b_checkpoint.ipynb #0eea4221
 def pieces(name: str, shape, lo: int, hi: int, flat: torch.Tensor, cfg: ModelConfig, tp: int, tp_rank: int):
     "[(full offsets, sizes, view)] of flat part [lo, hi) (in `flat`) of this rank's slice `shape` of `name`."
     cols = shape[1] if len(shape) == 2 else 1
@@ -74,6 +75,7 @@ class Pieces:
     def __create_chunk_list__(self):
         return [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s)) for o, s, _ in self.rects]
 
+# %% ../nbs/04b_checkpoint.ipynb #5cc6a08c
 class _LoadPlanner(DefaultLoadPlanner):
     def __init__(self): super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
@@ -99,6 +101,7 @@ class _Digesting:
         return self.f.write(b)
     def flush(self): self.f.flush()
 
+# %% ../nbs/04b_checkpoint.ipynb #68471d92
 def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
     "Write `items` [(key, full size, offsets, tensor or its maker)] into data file `path`: (records, sha256)."
     path, out = Path(path), []
@@ -153,6 +156,7 @@ def _metadata(records) -> Metadata:
     return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
                     version=CURRENT_DCP_VERSION)
 
+# %% ../nbs/04b_checkpoint.ipynb #c6351c8b
 def dcp_metadata(records) -> Metadata:
     "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless they tile each tensor."
     md = _metadata(records)
@@ -286,6 +290,7 @@ def _link_optimizer_state(engine):
     # DeepSpeed links them after stepping the first param group only (mtnlg.patches)
     if _inner_optimizer(engine).state: patches.relink_optimizer_state(engine.optimizer)
 
+# %% ../nbs/04b_checkpoint.ipynb #5afb773f
 def _init_adam_state(engine, adam_step: int):
     "Adam's state for every parameter the optimizer updates, as after `adam_step` steps (zeros to load into)."
     inner = _inner_optimizer(engine)
@@ -295,6 +300,7 @@ def _init_adam_state(engine, adam_step: int):
             inner.state[q] = dict(step=step, exp_avg=torch.zeros_like(q), exp_avg_sq=torch.zeros_like(q))
     _link_optimizer_state(engine)
 
+# %% ../nbs/04b_checkpoint.ipynb #48e48cc9
 def _params(module, saving: bool):
     "(full name, parameter) of the model pieces in `module` this rank writes (`saving`) or reads."
     from megatron.core import parallel_state as ps
@@ -308,6 +314,7 @@ def _params(module, saving: bool):
             if saving and (tied_copy or (tp_rank and split_kind(name) is None)): continue
             yield name, p
 
+# %% ../nbs/04b_checkpoint.ipynb #e90f5589
 def engine_state(engine, cfg: RunConfig, keys, saving: bool) -> dict:
     "{'key/name': Pieces} of this rank's fragments of master weights (`model`) and Adam moments, as views."
     from megatron.core import parallel_state as ps
@@ -553,6 +560,7 @@ def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
     md = (reader or FileSystemReader(ck)).read_metadata().state_dict_metadata
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
+# %% ../nbs/04b_checkpoint.ipynb #ab16bce3
 def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
     "`ConfigError` unless `ck` holds exactly model `cfg`'s tensors in their shapes; True if it has Adam moments."
     have, shapes = checkpoint_shapes(ck, reader), full_shapes(cfg)
@@ -572,6 +580,7 @@ def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
                           "written with")
     return all(f"{k}/{n}" in have for k in ADAM_KEYS for n in shapes)
 
+# %% ../nbs/04b_checkpoint.ipynb #f3b29b55
 def same_layout(state: dict, cfg: RunConfig) -> bool:
     "Whether the checkpoint whose train state is `state` was written at `cfg`'s layout (its RNG states apply)."
     old, p = state.get("layout") or {}, cfg.parallel
@@ -629,6 +638,7 @@ def load_weights(module, ck, cfg: ModelConfig):
                 for p, buf in fill: p.copy_(buf)
     return module
 
+# %% ../nbs/04b_checkpoint.ipynb #729bd080
 def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Tensor]:
     "Whole fp32 master tensors `names` of checkpoint `ck` (one process; only these are read)."
     shapes = full_shapes(cfg)
