@@ -67,6 +67,7 @@ def new_run_dir(name: str, runs_root="runs") -> Path:
     while d.exists(): d, i = Path(runs_root) / name / f"{stamp}.{i}", i + 1
     return d
 
+# %% ../nbs/09_jobs.ipynb #0958e01e
 @dataclass
 class RunResult:
     "What a local notebook run left behind."
@@ -192,6 +193,7 @@ def _last_count(value) -> int | None:
     nums = re.findall(r"\d+", re.sub(r"\(x\d+\)", "", str(value or "")))
     return int(nums[-1]) if nums else None
 
+# %% ../nbs/09_jobs.ipynb #2cd83894
 @dataclass(frozen=True)
 class Allocation:
     "The nodes a launch may use: a Slurm allocation's, or this one host."
@@ -221,6 +223,7 @@ def allocation(env=None) -> Allocation:
             return Allocation(nodes, hosts, n, f"{key}={env[key]}: {n} {what}", job)
     return Allocation(nodes, hosts, 1, "no GPUs, tasks or CPUs a node in the environment: 1 rank a node", job)
 
+# %% ../nbs/09_jobs.ipynb #d646d60b
 @dataclass(frozen=True)
 class Placement:
     "Where the ranks of a tp x pp x dp layout run: `nodes` nodes of `per_node` consecutive ranks each."
@@ -281,6 +284,7 @@ def under_launcher() -> bool:
     env = os.environ
     return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and int(env.get("WORLD_SIZE", "1")) > 1)
 
+# %% ../nbs/09_jobs.ipynb #d89af996
 def launch_ranks(module: str, argv: list[str], placement: Placement, *, mode: str = "torchrun",
                  env: dict | None = None, **run_kw) -> subprocess.CompletedProcess:
     "Run `python -m module argv` as the ranks of `placement` (torchrun here, srun inside Slurm) and wait."
