@@ -461,6 +461,7 @@ def _slurm(*cmd, check=True) -> str:
         raise JobError(f"{shlex.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
     return p.stdout
 
+# %% ../nbs/09_jobs.ipynb #93994550
 def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, *, name: str | None = None,
            runs_root="runs", env_activate: str | None = None, kernel: str | None = None) -> tuple[str, Path]:
     "Render and `sbatch` a notebook job; (job id, run directory)."
@@ -476,6 +477,7 @@ def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, 
          "submitted": _dt.datetime.now().isoformat(timespec="seconds")}, indent=2) + "\n")
     return job, rd
 
+# %% ../nbs/09_jobs.ipynb #c1639550
 def parse_scontrol(text: str) -> dict:
     "`scontrol show job -o` output as a dict (a value with spaces continues until the next KEY=)."
     d, key = {}, None
@@ -485,6 +487,7 @@ def parse_scontrol(text: str) -> dict:
         elif key: d[key] += " " + tok
     return d
 
+# %% ../nbs/09_jobs.ipynb #ebd3b6d4
 def job_info(job_id) -> dict:
     "The job's fields from `scontrol show job` (finished jobs stay visible for MinJobAge)."
     return parse_scontrol(_slurm("scontrol", "show", "job", "-o", str(job_id)))
