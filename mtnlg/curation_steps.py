@@ -66,12 +66,14 @@ class CurationStep(PipelineStep):
              "sources": {k: dict(v) for k, v in self.counts.items()}, "held": self.held}
         atomic_write_text(self.root / "stats" / self.name / f"{rank:05d}.json", json.dumps(d))
 
+# %% ../nbs/05f_curation_steps.ipynb #9ac809df
 def _fault(stage: str, rank: int, root: Path):
     "Fault injection for tests: MTNLG_CURATE_STALL='stage:rank' makes that task mark itself and hang."
     if os.environ.get("MTNLG_CURATE_STALL") == f"{stage}:{rank}":
         (root / f"stalled-{stage}-{rank}").touch()
         time.sleep(3600)
 
+# %% ../nbs/05f_curation_steps.ipynb #5dd16526
 def doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogatepass"))
 
 def open_files() -> int:
@@ -104,6 +106,7 @@ class ReadSources(CurationStep):
             skips.clear(); skips.dropped.clear()
         self.save_stats(rank)
 
+# %% ../nbs/05f_curation_steps.ipynb #a86f80bd
 class CleanDocuments(CurationStep):
     "Unicode/whitespace cleaning; drops documents shorter than `min_chars` characters or `min_words` words."
     name = "clean"
@@ -129,6 +132,7 @@ class ReadCleaned(CurationStep):
                 o = json.loads(line)
                 yield Document(text=o["text"], id=o["id"], metadata={"source": o["s"], "key": o["k"]})
 
+# %% ../nbs/05f_curation_steps.ipynb #846fce0f
 class DedupFilter(CurationStep):
     "Drop the documents the cluster step marked: exact duplicates (1) and near-duplicates (2)."
     name = "dedup"
@@ -143,6 +147,7 @@ class DedupFilter(CurationStep):
             if w is None: yield d
         self.save_stats(rank)
 
+# %% ../nbs/05f_curation_steps.ipynb #92f269af
 class QualityFilter(CurationStep):
     "Keep '+q' sources' documents scoring >= the threshold, or by GPT-3's Pareto rule (the run's classifier)."
     name = "quality"
@@ -186,6 +191,7 @@ class CountEvalNgrams(CurationStep):
         self.save_stats(rank)
         return; yield
 
+# %% ../nbs/05f_curation_steps.ipynb #8dbbe024
 def corpus_counts(root: Path, tasks: int) -> DC.NgramCounts:
     "The eval n-gram counts of every stage-4 task summed (computed once, then read from work/ngram_counts.npz)."
     total, files = root / "work" / "ngram_counts.npz", sorted((root / "work" / "ngram_counts").glob("*.npz"))
@@ -201,6 +207,7 @@ class ReadKept(ReadCleaned):
     "Read back this task's documents kept by stage 4 (written by `CountEvalNgrams`)."
     name, folder = "read_kept", "kept"
 
+# %% ../nbs/05f_curation_steps.ipynb #e3e7f508
 class Decontaminate(CurationStep):
     "Megatron's cuts around eval n-gram matches, with the n-grams hit in fewer than `key_threshold` documents."
     name = "decontaminate"
@@ -271,6 +278,7 @@ def _copy_range(src, dst, start: int, n: int, block: int = 1 << 20):
         dst.write(b)
         n -= len(b)
 
+# %% ../nbs/05f_curation_steps.ipynb #ae5aecc9
 def _units_table(prefix):
     "(units table, each unit's first document, first byte) of a part, or None when its shard kept nothing."
     if not Path(f"{prefix}.units.npy").exists(): return None
@@ -279,6 +287,7 @@ def _units_table(prefix):
     starts[1:] = np.cumsum(tab[:, [1, 4]], axis=0)
     return tab, starts[:-1, 0], starts[:-1, 1]
 
+# %% ../nbs/05f_curation_steps.ipynb #ef8cf5c9
 class MergeSources(CurationStep):
     "Copy a contiguous range of units, in blend order, from their parts into one segment per source touched."
     name = "merge"
@@ -330,6 +339,7 @@ class MergeSources(CurationStep):
         writer = stack.enter_context(indexed_writer(p, dtype))
         return s, writer, stack.enter_context(atomic_file(f"{p}.jsonl", "wb")), stack
 
+# %% ../nbs/05f_curation_steps.ipynb #c720f5dc
 def _head(path, n: int) -> bytes:
     "The first `n` bytes of a file."
     with open(path, "rb") as f: return f.read(n)
@@ -340,6 +350,7 @@ def _index_arrays(prefix) -> tuple[np.ndarray, np.ndarray]:
     d = IndexedDataset(str(prefix))
     return np.array(d.sequence_lengths), np.array(d.document_indices)
 
+# %% ../nbs/05f_curation_steps.ipynb #4aec8510
 def _concat_indexed(prefixes: list[Path], out, dtype):
     "Concatenate indexed datasets into `out` (.bin/.idx): megatron's .idx layout, written a segment at a time."
     if not prefixes:
@@ -369,6 +380,7 @@ def _concat_indexed(prefixes: list[Path], out, dtype):
                 at += seqs
         idxp.unlink(missing_ok=True)
 
+# %% ../nbs/05f_curation_steps.ipynb #9afd319d
 class ConcatSources(CurationStep):
     "Concatenate each source's segments, in task order, into curated/<name>.jsonl and indexed/<name>.bin/.idx."
     name = "concat"
@@ -386,4 +398,3 @@ class ConcatSources(CurationStep):
                 self.count(s, segments=len(segs))
         self.save_stats(rank)
         return; yield
-

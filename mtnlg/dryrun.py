@@ -15,6 +15,7 @@ __all__ = ['CATEGORIES', 'PHASES', 'dry_run', 'default_ranks', 'with_micro_batch
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
 PHASES = {"ForwardPass": "activations", "BackwardPass": "temporaries", "OptimizerStep": "temporaries"}
 
+# %% ../nbs/01b_dryrun.ipynb #f5a571e2
 @functools.cache
 def _modes():
     "The dispatch modes of a dry run (made at first use: importing this module does not import torch)."
@@ -104,6 +105,7 @@ def _modes():
 
     return Memory, Comms, Scalars
 
+# %% ../nbs/01b_dryrun.ipynb #934bd821
 def _tensors(x):
     "The tensors in `x`: a tensor, or lists and tuples of them (an operation's arguments or outputs)."
     import torch
@@ -129,6 +131,7 @@ def _group_kind(op: str, ranks: tuple, topo) -> str:
         if set(ranks) == set(dist.get_process_group_ranks(group)): return kind
     return f"{len(ranks)} ranks"
 
+# %% ../nbs/01b_dryrun.ipynb #d1852357
 def _held(obj, depth: int = 2):
     "(attribute name, tensor) of every tensor `obj` holds in its attributes, lists and dicts (DeepSpeed's buffers)."
     import torch
@@ -140,6 +143,7 @@ def _held(obj, depth: int = 2):
             for x in v.values(): yield from walk(name, x, d - 1)
     for name, v in vars(obj).items(): yield from walk(name, v, depth)
 
+# %% ../nbs/01b_dryrun.ipynb #e016c0a9
 def _summary(ops, topo) -> tuple[list, dict]:
     "(one row per operation kind and group, bytes by group kind) of a step's operations."
     rows = collections.defaultdict(lambda: [0, 0])
@@ -217,6 +221,7 @@ def default_ranks(cfg: RunConfig) -> list[int]:
     p = cfg.parallel
     return [P.rank_of(0, 0, s, p.tp, p.pp, p.dp) for s in sorted({0, p.pp // 2, p.pp - 1})]
 
+# %% ../nbs/01b_dryrun.ipynb #93922ece
 def with_micro_batches(cfg: RunConfig, micro_batches: int | None) -> RunConfig:
     "`cfg` whose global batch makes `micro_batches` micro-batches a step (its own when None); no batch ramp-up."
     import dataclasses

@@ -133,6 +133,7 @@ class TokenScorer:
             for r, i in enumerate(idx): out[i] = seqs[r][len(contexts[i]):]
         return out
 
+# %% ../nbs/07_eval.ipynb #78045b8f
 def _long(x):
     return torch.tensor(x, dtype=torch.long)
 
@@ -145,6 +146,7 @@ def gpt_scorer(model, batch_size: int = 8, fixed_shape: bool = False) -> TokenSc
     scorer.decoder = lambda: ModelDecoder(model, dev)
     return scorer
 
+# %% ../nbs/07_eval.ipynb #23426fac
 def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     "A `TokenScorer` over a transformers causal LM (a model object or a local directory)."
     m = model_or_dir
@@ -276,6 +278,7 @@ def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
     return [(lps[i % topo.dp][i // topo.dp, :b, :s], greedys[i % topo.dp][i // topo.dp, :b, :s])
             for i, (b, s) in enumerate(shapes)]
 
+# %% ../nbs/07_eval.ipynb #85f493b4
 def lead_forwards(scorer):
     "On rank 0: each round of up to dp batches goes to every rank, a batch per replica; results come back."
     def forward_many(batches):
@@ -294,6 +297,7 @@ def lead_forwards(scorer):
     scorer.leads = True
     return scorer
 
+# %% ../nbs/07_eval.ipynb #15a79ff2
 def stop_followers(scorer):
     "Tell the ranks in `follow_forwards` that evaluation is over."
     dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
@@ -346,6 +350,7 @@ class LeadGenerator(Generator):
         try: return super().generate_batches(batches, s, use_cache, in_flight)
         finally: self.announced = False
 
+# %% ../nbs/07_eval.ipynb #a92d6f3e
 def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
     "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."
     B, L = len(ids), max(map(len, ids))
@@ -363,6 +368,7 @@ def _receive_generation(B: int, L: int, device):
     dist.broadcast_object_list(box, 0)
     return [[t for t in row if t >= 0] for row in x.tolist()], box[0], box[1]
 
+# %% ../nbs/07_eval.ipynb #3e0baa13
 def scorer_generator(scorer, tokenizer=None) -> Generator:
     "A KV-cached `Generator` over the scorer's own model; rank 0 of a led layout sends each batch to the others."
     topo = getattr(scorer, "topo", None)
@@ -379,6 +385,7 @@ def _quiet_lm_eval():
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(n).setLevel(logging.ERROR)
 
+# %% ../nbs/07_eval.ipynb #f6d4f066
 def per_token_accuracy(samples: list[dict], lm) -> float | None:
     "Accuracy with each answer's log p divided by its tokens (GPT-3's normalisation); None if not multiple choice."
     right = []
@@ -390,6 +397,7 @@ def per_token_accuracy(samples: list[dict], lm) -> float | None:
         right.append(max(range(n), key=per_token.__getitem__) == s["target"])
     return sum(right) / len(right) if right else None
 
+# %% ../nbs/07_eval.ipynb #7064078b
 def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
     "Prompts longer than the window: lm-eval keeps their end, so their first shots (or more) are dropped."
     # task: the lm-eval task, to tell the shots from the document's own text
@@ -413,6 +421,7 @@ def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
             "shots_dropped_mean": round(sum(dropped) / len(dropped), 3) if dropped else 0.0,
             "docs_with_own_text_cut": query_cut}
 
+# %% ../nbs/07_eval.ipynb #4d4a464e
 def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, seed: int = 1234,
                   keep_loglikelihoods: bool = False) -> dict:
     "Scores of lm-eval `LM` `lm` on paper task `name` at `k` shots (first `limit` documents) through lm-eval."

@@ -22,6 +22,7 @@ def result_path(out_dir, task: str, k: int) -> Path:
     "Where the result of `task` at `k` shots is kept in `out_dir`."
     return Path(out_dir) / f"{task}_{k}shot.json"
 
+# %% ../nbs/07b_results.ipynb #6edd86cc
 def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, tokenizer) -> dict:
     "Everything a stored result must match to be reused: model, tokenizer, task and data, shots, limit, seed."
     if model is not None and model.get("fingerprint") is not None:      # the weight files as they are now
@@ -38,6 +39,7 @@ def code_identity() -> dict:
         h.update(f"{f.relative_to(root)}:{file_sha256(f)}".encode())
     return {"version": __version__, "source_sha256": h.hexdigest()}
 
+# %% ../nbs/07b_results.ipynb #8a7d0443
 def report_key(prov: dict | None) -> tuple:
     "What all rows of one report share: model, tokenizer, limit, seed, versions (tasks and shots vary)."
     prov = prov or {}
@@ -45,6 +47,7 @@ def report_key(prov: dict | None) -> tuple:
     return tuple(json.dumps(prov.get(k), sort_keys=True) for k in ("model", "tokenizer", "limit", "seed", "mtnlg")
                  ) + (task.get("lm_eval"),)
 
+# %% ../nbs/07b_results.ipynb #bf24912a
 _CONTENT: dict = {}    # (path, inode, size, mtime, ctime) -> sha256 of the bytes (ctime: `cp -p` cannot keep it)
 
 def content_sha256(p: Path) -> str:
@@ -75,7 +78,6 @@ def reusable(model: dict | None) -> bool:
     if why: model["unidentified"] = f"{why}: the weights are not what was fingerprinted; scores not reused"
     return why is None
 
-
 # %% ../nbs/07b_results.ipynb #0aa2c49b
 NORMALISATION = {"acc": "none: sum of log p of each answer",
                  "acc_norm": "per character of each answer (lm-eval's; GPT-3 divided per token)",
@@ -87,6 +89,7 @@ def normalisation(task: str, metric: str) -> str:
     "How metric `metric` of task `task` compares answers of different lengths, in words for the table."
     return GREEDY.get(task) or NORMALISATION.get(metric, metric)
 
+# %% ../nbs/07b_results.ipynb #311aa32a
 PAPER_COLUMNS = {"zero": "paper 0-shot", "one": "paper 1-shot", "few": "paper few-shot"}
 
 def paper_score(task: str, metric: str, word: str) -> float:
@@ -95,6 +98,7 @@ def paper_score(task: str, metric: str, word: str) -> float:
     cell = t.paper.get(word) if t is not None and metric == t.headline else None
     return float("nan") if cell is None else float(cell["accuracy"])
 
+# %% ../nbs/07b_results.ipynb #a7988f7f
 def shot_pools(results: list[dict]) -> dict:
     "{task: where its shots came from} (the training split, or the evaluated one without the document)."
     pools = {}
@@ -103,6 +107,7 @@ def shot_pools(results: list[dict]) -> dict:
         pools.setdefault(r["task"], pool)
     return pools
 
+# %% ../nbs/07b_results.ipynb #304e939a
 def results_table(results: list[dict], paper: bool = True):
     "Paper-style table: a row per task, a column per shot count (headline accuracy, %), the paper's own beside."
     import pandas as pd
@@ -118,6 +123,7 @@ def results_table(results: list[dict], paper: bool = True):
         t[column] = [paper_score(task, metric, word) for task, metric, *_ in t.index]
     return t
 
+# %% ../nbs/07b_results.ipynb #53e51e55
 def paper_sources(tasks) -> str:
     "Markdown lines naming who quotes each paper score of `tasks` (the table's `paper` columns)."
     lines = [f"- {n} {w}-shot (ours at k={TASKS[n].shots[w]}): {c['accuracy']}, {c['source']}"
@@ -135,6 +141,7 @@ def markdown_table(df) -> str:
         lines.append(f"| {task} | {metric} | {norm} | {pool} | {cells} |")
     return "\n".join(lines) + "\n"
 
+# %% ../nbs/07b_results.ipynb #151d6953
 def plot_results(results: list[dict], path=None):
     "Seaborn plot of accuracy against shots, one line per task (saved atomically to `path` when given)."
     import pandas as pd, seaborn as sns
@@ -154,6 +161,7 @@ def plot_results(results: list[dict], path=None):
         with atomic_path(path) as tmp: fig.savefig(tmp, dpi=120)
     return fig
 
+# %% ../nbs/07b_results.ipynb #f21ae44f
 def write_report(results: list[dict], out_dir):
     "`results.json`, `results.md` and `accuracy_vs_shots.png` in `out_dir`: the finished pairs of this model."
     d = Path(out_dir)
@@ -171,4 +179,3 @@ def write_report(results: list[dict], out_dir):
     atomic_write_text(d / "results.md", table + "\n" + paper_sources(r["task"] for r in rows))
     plot_results(rows, d / "accuracy_vs_shots.png")
     return rows
-

@@ -36,6 +36,7 @@ def find_checkpoint(run_dir, step: int | None = None) -> Path:
                         "--import-hf), or pass --hf-model DIR")
     return ck
 
+# %% ../nbs/06a_runs.ipynb #db9fe91b
 def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1,
                      step: int | None = None):
     "(run's `RunConfig` on an inference layout of tp x pp x dp, checkpoint folder); a misfit is an `EvalError`."
@@ -52,6 +53,7 @@ def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32",
         raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
     return cfg, ck
 
+# %% ../nbs/06a_runs.ipynb #1b10c80d
 def step_of(ck) -> int | None:
     "The step of a run's checkpoint folder (`RUN/checkpoints/stepN`); None for a folder outside a run."
     ck = Path(ck)
@@ -68,7 +70,6 @@ def is_hf_model_dir(path) -> bool:
     run = (p / "checkpoints").exists() or (p / "COMPLETE").exists()
     weights = any(p.glob("*.safetensors")) or (p / "pytorch_model.bin").is_file()
     return (p / "config.json").is_file() and weights and not run
-
 
 # %% ../nbs/06a_runs.ipynb #5e1a000b
 def _small_hash(h, p: Path, base: Path):
@@ -98,6 +99,7 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
     if fingerprint is None: out["unidentified"] = f"no {DIGESTS} (an older or foreign checkpoint): scores not reused"
     return out
 
+# %% ../nbs/06a_runs.ipynb #db45ceca
 def hf_identity(hf_dir) -> dict:
     "An HF folder, fingerprinted by the sha256 of every file in it (weights, config, tokenizer)."
     d = Path(hf_dir).resolve()
@@ -106,6 +108,7 @@ def hf_identity(hf_dir) -> dict:
         h.update(f"{f.name}:{file_sha256(f)}".encode())
     return {"checkpoint": str(d), "step": None, "fingerprint": h.hexdigest()}
 
+# %% ../nbs/06a_runs.ipynb #f3b1f16a
 def tokenizer_identity(tok) -> dict:
     "Which tokenizer: its spec and vocabulary size (a sentencepiece model also by its sha256)."
     spec = str(getattr(tok, "spec", type(tok).__name__))
@@ -113,6 +116,7 @@ def tokenizer_identity(tok) -> dict:
     if spec.endswith(".model") and Path(spec).is_file(): out["sha256"] = file_sha256(spec)
     return out
 
+# %% ../nbs/06a_runs.ipynb #77dabff0
 def run_tokenizer(run_dir):
     "The tokenizer a run trained with (`cfg.data.tokenizer` of its config.json; GPT-2 BPE when absent)."
     run = Path(run_dir)
@@ -123,6 +127,7 @@ def run_tokenizer(run_dir):
         spec = str(p.parent / spec)
     return get_tokenizer(spec)
 
+# %% ../nbs/06a_runs.ipynb #b0feed79
 def _bpe_of(d: Path) -> tuple[dict, list] | None:
     "(vocabulary, merges) of the BPE files in HF folder `d` (vocab.json + merges.txt, or tokenizer.json)."
     if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
@@ -149,4 +154,3 @@ def hf_tokenizer(hf_dir):
         raise EvalError(f"HF folder {d}: its BPE tokenizer is not GPT-2's (vocabulary or merges differ); mtnlg "
                         "scores with GPT-2 BPE or a sentencepiece tokenizer.model, so its scores would be wrong")
     return get_tokenizer("gpt2")
-
