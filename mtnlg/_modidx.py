@@ -644,6 +644,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                              'mtnlg.model._ce_partials': ('model.html#_ce_partials', 'mtnlg/model.py'),
                              'mtnlg.model._device': ('model.html#_device', 'mtnlg/model.py'),
                              'mtnlg.model._dropout_add': ('model.html#_dropout_add', 'mtnlg/model.py'),
+                             'mtnlg.model._label_columns': ('model.html#_label_columns', 'mtnlg/model.py'),
                              'mtnlg.model._linear': ('model.html#_linear', 'mtnlg/model.py'),
                              'mtnlg.model._mark_tp': ('model.html#_mark_tp', 'mtnlg/model.py'),
                              'mtnlg.model._masked': ('model.html#_masked', 'mtnlg/model.py'),

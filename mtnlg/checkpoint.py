@@ -4,7 +4,7 @@
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000003
 from __future__ import annotations
-import dataclasses, hashlib, io, itertools, json, math, os, pickle, random, shutil, struct, threading
+import dataclasses, datetime, hashlib, io, itertools, json, math, os, pickle, random, shutil, struct, threading
 import time, weakref, zipfile
 from pathlib import Path
 import numpy as np
@@ -449,7 +449,9 @@ class Checkpointer:
         self.protect, self.pending, self.moments, self.waited_s = [p for p in protect if p], None, False, 0.0
         self.parallel = dist.is_initialized() and topo.world_size > 1
         # the writers' own group: their collectives run beside training's (torch's async_save does the same)
-        self.group = dist.new_group(backend="gloo") if self.parallel and cfg.async_checkpoint else None
+        self.group = None
+        if self.parallel and cfg.async_checkpoint:    # a stuck writer fails the job after cfg.timeout_s, as training
+            self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
 
     def save(self, engine, state: dict) -> Path:
         "Checkpoint step `state['step']` (every rank calls this); its folder, complete unless async."

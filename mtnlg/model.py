@@ -266,6 +266,14 @@ def _masked(logits, vocab_size):
 # %% ../nbs/03_model.ipynb #640000ec
 CE_BLOCK = 2 ** 24   # logits per fp32 block (64 MB): rows per block = CE_BLOCK // (V/tp)
 
+def _label_columns(labels, n: int, vocab_size: int):
+    "(valid, mine, idx): this rank's real columns of `n`, which labels fall in them, their clamped local index."
+    _, r = _tp()
+    start, valid = r * n, max(0, min(n, vocab_size - r * n))   # this rank's columns; the rest are padding
+    local = labels - start
+    mine = (local >= 0) & (local < valid)
+    return valid, mine, local.clamp(0, max(valid - 1, 0))
+
 def _tp_all_reduce(t, op):
     from megatron.core import parallel_state as ps
     if ps.get_tensor_model_parallel_world_size() > 1:
@@ -277,9 +285,8 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
     "Per-token cross entropy [N] of vocab-parallel logits [N, V/tp] (any dtype), in fp32 blocks of rows."
     @staticmethod
     def forward(ctx, logits, labels, vocab_size: int):
-        _, r = _tp()
         n = logits.shape[-1]
-        start, valid = r * n, max(0, min(n, vocab_size - r * n))   # this rank's columns; the rest are padding
+        valid, mine, idx = _label_columns(labels, n, vocab_size)
         x, rows = logits[:, :valid], max(1, CE_BLOCK // max(n, 1))
         mx = x.amax(-1).float() if valid else logits.new_full(labels.shape, float("-inf"), dtype=torch.float32)
         mx = _tp_all_reduce(mx, torch.distributed.ReduceOp.MAX)
@@ -290,9 +297,6 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
             e = torch.sub(x[i:i + rows], m, out=keep) if keep.dtype == torch.float32 else x[i:i + rows].float() - m
             sum_exp[i:i + rows] = e.exp_().sum(-1)
             if e is not keep: keep.copy_(e)
-        local = labels - start
-        mine = (local >= 0) & (local < valid)
-        idx = local.clamp(0, max(valid - 1, 0))
         label_logit = torch.where(mine, x.gather(1, idx[:, None])[:, 0].float(), 0.0) if valid else torch.zeros_like(mx)
         _tp_all_reduce(sum_exp, torch.distributed.ReduceOp.SUM)
         _tp_all_reduce(label_logit, torch.distributed.ReduceOp.SUM)
@@ -368,12 +372,7 @@ class OnePassCrossEntropy(torch.autograd.Function):
     "`VocabParallelCrossEntropy` in one compiled pass over the logits each way; only the logits are kept."
     @staticmethod
     def forward(ctx, logits, labels, vocab_size: int):
-        _, r = _tp()
-        n = logits.shape[-1]
-        start, valid = r * n, max(0, min(n, vocab_size - r * n))
-        local = labels - start
-        mine = (local >= 0) & (local < valid)
-        idx = local.clamp(0, max(valid - 1, 0))
+        valid, mine, idx = _label_columns(labels, logits.shape[-1], vocab_size)
         if valid: mx, sum_exp, label = _one_kernel(_ce_partials)(logits, idx, mine, valid)
         else: mx, sum_exp, label = (torch.full_like(labels, float(v), dtype=torch.float32) for v in ("-inf", 0, 0))
         top = _tp_all_reduce(mx.clone(), torch.distributed.ReduceOp.MAX)
