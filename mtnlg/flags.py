@@ -64,8 +64,8 @@ def model_flags(parser, hf: bool = True):
     src.add_argument("--checkpoint", metavar="RUN_DIR",
                      help="run folder of `mtnlg train` (config.json + checkpoints/), or one checkpoint folder")
     if hf: src.add_argument("--hf-model", metavar="DIR", help="a local transformers GPT-2 folder instead of a run")
-    parser.add_argument("--step", type=int, default=None,
-                        help="the run's checkpoint of this step (default: the run's latest; not with --hf-model)")
+    parser.add_argument("--step", type=int, default=None, help="the run's checkpoint of this step (default: the run's "
+                        "latest" + ("; not with --hf-model)" if hf else ")"))
     return src
 
 def layout_flags(parser, dp: bool, what: str):

@@ -168,3 +168,35 @@ def test_step_with_an_hf_model_is_refused(tmp_path, capsys):
     (run / "checkpoints").mkdir(parents=True)
     assert main(["generate", "--checkpoint", str(run), "--step", "3", "--prompt", "Hi"]) != 0
     assert refusal not in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    "A stderr that says it is a terminal (where a progress bar is drawn)."
+    def isatty(self): return True
+
+
+def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data):
+    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
+    "terminal, --no-progress, another rank."
+    import shutil, torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from mtnlg.tokenizer import gpt2_files
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(tmp_path / "hf")
+    for f in gpt2_files(): shutil.copy(f, tmp_path / "hf" / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    def stderr_of(*argv, terminal=True):
+        err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            assert main([str(a) for a in argv]) == 0, err.getvalue()
+        return err.getvalue()
+    said = stderr_of("import-hf", tmp_path / "hf", "--out", tmp_path / "run")
+    assert "mtnlg import-hf" in said and " tensors" in said
+    assert " files" in stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf2")
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf3", terminal=False) == ""
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf4", "--no-progress") == ""
+    monkeypatch.setenv("RANK", "1")
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf5") == ""
+    monkeypatch.setenv("RANK", "0")
+    flags = ["--hf-model", tmp_path / "hf", "--tasks", "piqa", "--shots", "0", "--limit", 2,
+             "--eval-dir", fixture_data / "eval", "--out", tmp_path / "eval"]
+    assert "task x shots" in stderr_of("eval", *flags)      # the same bar (`mtnlg.flags.progress_bar`)
