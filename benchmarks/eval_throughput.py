@@ -43,7 +43,7 @@ def cli_seconds(run: Path, dp: int, a) -> tuple[float, dict]:
     cmd = [str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run), "--tasks", a.tasks, "--shots",
            str(a.shots), "--limit", str(a.limit), "--batch-size", str(a.batch_size), "--dp", str(dp), "--json",
            "--out", str(run.parent / f"eval_dp{dp}")]
-    if a.data: cmd += ["--data", a.data]
+    if a.data: cmd += ["--eval-dir", a.data]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), check=True)
     return time.perf_counter() - t0, json.loads(p.stdout)

@@ -7,28 +7,38 @@ from __future__ import annotations
 import argparse, importlib, os, re, sys, warnings
 from . import __version__
 from .config import ConfigError
+from .flags import with_defaults
 
 # %% auto #0
 __all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser', 'main']
 
 # %% ../nbs/90_cli.ipynb #460aa9c8
 COMMANDS = {
-    "plan":   ("mtnlg.dryrun", "memory, FLOPs and 3D-layout planning; --dry-run runs a layout's ranks on fake tensors"),
-    "data":   ("mtnlg.corpus", "curate, tokenize and blend a training corpus"),
-    "train":  ("mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
-    "eval":   ("mtnlg.eval",  "zero/one/few-shot evaluation of a checkpoint"),
-    "export": ("mtnlg.export", "export a checkpoint to Hugging Face format, or import one"),
-    "generate": ("mtnlg.generate", "generate text from a checkpoint or HF model (any TP x PP layout)"),
-    "job":    ("mtnlg.jobs",  "run notebooks with papermill, locally or as Slurm jobs"),
-    "demo":   ("mtnlg.demo",  "the whole pipeline end to end on the embedded default"),
+    "plan":   ("mtnlg.dryrun:cli_parser", "mtnlg.dryrun",
+               "memory, FLOPs and 3D-layout planning; --dry-run runs a layout's ranks on fake tensors"),
+    "data":   ("mtnlg.flags:data_flags", "mtnlg.corpus", "curate, tokenize and blend a training corpus"),
+    "train":  ("mtnlg.flags:train_flags", "mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
+    "eval":   ("mtnlg.flags:eval_flags", "mtnlg.eval", "zero/one/few-shot evaluation of a checkpoint or HF model"),
+    "export": ("mtnlg.flags:export_flags", "mtnlg.export", "export a run's checkpoint as a Hugging Face GPT-2 folder"),
+    "import-hf": ("mtnlg.flags:import_hf_flags", "mtnlg.export",
+                  "import a Hugging Face GPT-2 folder as a new run folder (its weights, at step 0)"),
+    "generate": ("mtnlg.flags:generate_flags", "mtnlg.generate",
+                 "generate text from a checkpoint or HF model (any TP x PP layout)"),
+    "job":    ("mtnlg.jobs:cli_parser", "mtnlg.jobs", "run notebooks with papermill, locally or as Slurm jobs"),
+    "demo":   ("mtnlg.flags:demo_flags", "mtnlg.demo", "the whole pipeline end to end on the embedded default"),
 }
 
 def _module(name):
-    "The module that owns subcommand `name`, or None when it is not part of this build."
-    try: return importlib.import_module(COMMANDS[name][0])
+    "The module whose `cli_run` runs subcommand `name`, or None when it is not part of this build."
+    try: return importlib.import_module(COMMANDS[name][1])
     except ModuleNotFoundError as e:
-        if e.name == COMMANDS[name][0]: return None
+        if e.name == COMMANDS[name][1]: return None
         raise
+
+def _flags(name):
+    "The function that declares subcommand `name`'s flags (a torch-free module's)."
+    module, function = COMMANDS[name][0].split(":")
+    return getattr(importlib.import_module(module), function)
 
 # %% ../nbs/90_cli.ipynb #47368266
 # = mtnlg.topology.MEGATRON_NOTICES, here without torch
@@ -48,20 +58,17 @@ def quiet_notices(verbose: bool = False) -> bool:
     return not verbose
 
 def build_parser(argv=None):
-    "The `mtnlg` parser; only the subcommand named in `argv` is imported."
+    "The `mtnlg` parser with every subcommand's flags; imports no module that a command runs (`argv` is unused)."
     ap = argparse.ArgumentParser(prog="mtnlg",
                                  description="Megatron-Turing NLG, rebuilt: plan, data, train, eval, jobs.")
     ap.add_argument("--version", action="version", version=f"mtnlg {__version__}")
     ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    wanted = next((a for a in (argv or []) if a in COMMANDS), None)
-    for name, (mod, help) in COMMANDS.items():
+    for name, (_, _, help) in COMMANDS.items():
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-        if name == wanted:
-            m = _module(name)
-            if m is not None and hasattr(m, "cli_parser"): m.cli_parser(p)
-    return ap
+        _flags(name)(p)
+    return with_defaults(ap)
 
 def main(argv=None):
     "Entry point of the `mtnlg` console script."
@@ -69,12 +76,12 @@ def main(argv=None):
     quiet_notices("--verbose" in argv)
     # accepted anywhere, also after a nested subcommand (`job run`)
     argv = [a for a in argv if a != "--verbose"]
-    ap = build_parser(argv)
+    ap = build_parser()
     args = ap.parse_args(argv)
     if not args.command: ap.print_help(); return 0
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
         ap.exit(2, f"mtnlg {args.command}: not available in this build yet "
-                   f"({COMMANDS[args.command][0]} is not built)\n")
+                   f"({COMMANDS[args.command][1]} is not built)\n")
     try: return m.cli_run(args) or 0
     except ConfigError as e: ap.exit(2, f"mtnlg {args.command}: bad configuration: {e}\n")

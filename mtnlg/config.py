@@ -13,7 +13,8 @@ from typing import Any, get_type_hints
 __all__ = ['PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'DataError', 'EvalError', 'ModelConfig', 'ParallelConfig',
            'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths', 'resolve_key', 'overrides_to_dict', 'to_dict',
            'from_dict', 'read_config_file', 'load_config', 'save_config', 'fsync_dir', 'atomic_path', 'atomic_file',
-           'atomic_write_text', 'cache_root', 'file_sha256', 'add_config_args', 'given_overrides', 'config_from_args']
+           'atomic_write_text', 'cache_root', 'file_sha256', 'field_docs', 'add_config_args', 'given_overrides',
+           'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -463,18 +464,40 @@ CLI_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq"
              "steps", "seed", "precision", "data", "out", "checkpoint_activations", "zero", "save_interval",
              "eval_interval", "timeout_s", "keep_last"]
 
+def field_docs() -> dict:
+    "{dotted path: the comment beside the field} of every `RunConfig` setting, read from this module's source."
+    import ast, importlib.util, io, tokenize
+    origin = importlib.util.find_spec("mtnlg.config").origin
+    try: src = Path(origin).read_text()
+    except (OSError, TypeError): return {}                 # no source shipped: flags without their text
+    comments = {t.start[0]: t.string.lstrip("# ").rstrip() for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                if t.type == tokenize.COMMENT}
+    prefix = {cls.__name__: f"{part}." for part, cls in _PARTS.items()} | {"RunConfig": ""}
+    out = {}
+    for node in ast.parse(src).body:
+        if not isinstance(node, ast.ClassDef) or node.name not in prefix: continue
+        for a, after in zip(node.body, node.body[1:] + [None]):
+            if not isinstance(a, ast.AnnAssign): continue
+            end = node.end_lineno + 1 if after is None else min([after.lineno] + [d.lineno for d in
+                                                                  getattr(after, "decorator_list", [])])
+            out[prefix[node.name] + a.target.id] = " ".join(comments[i] for i in range(a.lineno, end) if i in comments)
+    return out
+
 def add_config_args(parser, preset="tiny"):
     "Add the config flags (`--preset`, `--config`, `--set`, short flags) to an argparse `parser`."
     g = parser.add_argument_group("configuration")
     g.add_argument("--preset", default=None, help=f"one of: {', '.join(PRESETS)} (default: {preset})")
     parser.set_defaults(default_preset=preset)
-    g.add_argument("--config", default=None, help="YAML/JSON file applied over the preset")
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any setting, e.g. model.hidden_size=128")
-    paths = field_paths()
+    g.add_argument("--config", default=None, help="YAML/JSON file applied over the preset (default: none)")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any setting, e.g. model.hidden_size=128; repeatable (default: none)")
+    paths, docs, base = field_paths(), field_docs(), to_dict(load_config(preset, validate=False))
     for k in CLI_FLAGS:
-        path = resolve_key(k)
+        path = ALIASES.get(k, k)                           # = resolve_key(k), without a field_paths() a flag
+        value = base
+        for part in path.split("."): value = value[part]
         g.add_argument("--" + k.replace("_", "-"), dest=f"cfg_{k}", default=None, metavar=paths[path].__name__.upper(),
-                       help=f"= {path}")
+                       help=f"{docs.get(path) or path} ({path}; default: {value!r} in the {preset} preset)")
     return parser
 
 def given_overrides(args) -> dict:

@@ -320,87 +320,22 @@ def near_chain(data, skip: int = 41_000, step: int = 65) -> tuple[str, str, str]
     return " ".join(a), " ".join(b), " ".join(c)
 
 # %% ../nbs/05d_corpus.ipynb #5b00533b
+from .flags import data_flags
+
 def cli_parser(p):
-    "Add `mtnlg data` sub-subcommands to the argparse parser `p`."
-    sub = p.add_subparsers(dest="data_cmd", metavar="ACTION", required=True)
-    c = sub.add_parser("curate", help="clean, dedup, quality-filter and decontaminate sources into jsonl")
-    c.add_argument("sources", nargs="+",
-                   help="NAME=PATH, NAME+q=PATH (quality-filter it), "
-                        "NAME@SUBSET=PATH (a Pile subset) or PATH")
-    c.add_argument("--out", required=True,
-                   help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
-    c.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
-    c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
-    c.add_argument("--key-threshold", type=int, default=10,
-                   help="decontamination: eval n-grams hit in this many documents or more are not used")
-    c.add_argument("--quality-good", nargs="*", default=[],
-                   help="sources of 'high quality' examples (NAME=PATH)")
-    c.add_argument("--quality-web", nargs="*", default=[], help="sources of 'web' examples (NAME=PATH)")
-    c.add_argument("--quality-threshold", type=float, default=0.5,
-                   help="keep a quality-filtered document whose classifier score is at least this")
-    c.add_argument("--quality-pareto-alpha", type=float, default=None,
-                   help="keep by GPT-3's rule pareto(alpha) > 1 - score (GPT-3: 9) instead of the threshold")
-    c.add_argument("--quality-max-docs", type=int, default=5000,
-                   help="classifier training: a seeded reservoir sample of at most this many texts a class")
-    c.add_argument("--split", default="", choices=["", "line", "blank"],
-                   help="plain text: one doc a file/line/paragraph")
-    c.add_argument("--on-error", default="error", choices=["error", "skip", "replace"],
-                   help="a bad input (unreadable line or JSON, non-UTF-8 bytes): stop naming it, skip it, or "
-                        "replace bad bytes with U+FFFD")
-    c.add_argument("--executor", default="local", choices=["local", "slurm", "single"],
-                   help="datatrove stages on local worker processes or Slurm job arrays; "
-                        "'single': one process, jsonl only")
-    c.add_argument("--tasks", type=int, default=2, help="shards of each per-document stage (local and slurm)")
-    c.add_argument("--workers", type=int, default=2, help="local executor: worker processes")
-    c.add_argument("--partition", default=None, help="slurm executor: the partition of the job arrays")
-    c.add_argument("--time", default="04:00:00", help="slurm executor: time limit of each task")
-    c.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model (local and slurm)")
-    c.add_argument("--unit-mb", type=float, default=256, help="a file larger than this is read as parts (MiB)")
-    t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
-    t.add_argument("inputs", nargs="+", help="jsonl or plain-text files, tokenized in this order")
-    t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
-    t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
-    t.add_argument("--workers", type=int, default=2, help="tokenizing processes")
-    t.add_argument("--text-key", default="text", help="jsonl: the field that holds each document's text")
-    t.add_argument("--on-error", default="error", choices=["error", "skip", "replace"],
-                   help="a bad input (unreadable line or JSON, non-UTF-8 bytes): stop naming it, skip it, or "
-                        "replace bad bytes with U+FFFD")
-    b = sub.add_parser("build", help="build the train/valid/test datasets of a blend spec "
-                                     "or prefix (caches indices)")
-    b.add_argument("data", help="blend spec (.json/.yaml), PREFIX, or 'mock'")
-    b.add_argument("--seq", type=int, default=64, help="tokens a sample (the sequence length)")
-    b.add_argument("--samples", default="1000,100,0", help="train,valid,test")
-    b.add_argument("--split", default="969,30,1", help="train,valid,test weights of the documents (Megatron style)")
-    b.add_argument("--seed", type=int, default=1234, help="the sample order's seed")
-    b.add_argument("--cache-dir", default="", help="where the sample-index caches go (default: beside the data)")
-    bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the "
-                                      "epochs table for a budget")
-    bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
-    bl.add_argument("--out", required=True, help="blend spec to write (.json or .yaml)")
-    bl.add_argument("--weights", default="paper",
-                    help="'paper' (Table 1, by dataset name) or NAME=W,NAME=W,...")
-    bl.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
-    s = sub.add_parser("stats", help="documents/tokens of PREFIX, or a blend table (+ epochs for --budget)")
-    s.add_argument("data", help="PREFIX, blend spec, or 'paper'")
-    s.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
-    s.add_argument("--plot", default=None, help="write the seaborn blend chart to this PNG")
-    d = sub.add_parser("demo", help="fetch and prepare the demo corpus; prints the blend spec path")
-    d.add_argument("--cache-dir", default=None, help="cache folder (default: $MTNLG_CACHE, else ~/.cache/mtnlg)")
-    d.add_argument("--eval-dir", default=None, help="evaluation sets folder for 13-gram decontamination")
-    d.add_argument("--max-docs", type=int, default=2000, help="at most this many documents from each source")
-    d.add_argument("--max-bytes", type=int, default=3_000_000, help="at most this many bytes of text from each source")
-    return p
+    "Add `mtnlg data` sub-subcommands to the argparse parser `p`: `mtnlg.flags.data_flags` (torch-free)."
+    return data_flags(p)
 
 def _sources(specs, split=""):
     out = [parse_source(x) for x in specs]
-    for s in out: s.split = split
+    for s in out: s.split = "" if split == "file" else split          # --doc-split file: the sources' "" (whole files)
     return out
 
 def cli_run(args) -> int:
     "Run `mtnlg data ACTION`."
     try:
         if args.data_cmd == "curate":
-            qc, srcs = None, _sources(args.sources, args.split)
+            qc, srcs = None, _sources(args.sources, args.doc_split)
             if args.quality_good or args.quality_web:
                 qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
                                               args.quality_max_docs)
@@ -410,7 +345,7 @@ def cli_run(args) -> int:
                              on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
                              decontam=DecontamRule(key_threshold=args.key_threshold).validate())
                 print(report_frame(rep).to_string()); return 0
-            run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
+            run = CurationRun(srcs, args.out, tasks=args.shards, eval_dir=args.eval_dir,
                               min_chars=args.min_chars, quality_threshold=args.quality_threshold,
                               on_error=args.on_error, tokenizer=args.tokenizer,
                               quality_pareto_alpha=args.quality_pareto_alpha,
@@ -452,7 +387,10 @@ def cli_run(args) -> int:
             else: print(json.dumps(indexed_stats(args.data))); return 0
             print(df.to_string(float_format=lambda x: f"{x:.4g}"))
             if args.plot: plot_blend(df, args.plot); print(f"chart: {args.plot}")
-        elif args.data_cmd == "demo":
+        elif args.data_cmd in ("demo-corpus", "demo"):
+            if args.data_cmd == "demo":
+                print("mtnlg data: demo is now demo-corpus (`mtnlg demo` is the whole demo); the old name still works",
+                      file=sys.stderr)
             print(prepare_demo_corpus(args.cache_dir, args.eval_dir, max_docs=args.max_docs,
                                       max_bytes=args.max_bytes))
         return 0

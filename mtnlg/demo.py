@@ -91,19 +91,15 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
     return summary
 
 # %% ../nbs/10_demo.ipynb #15469a48
+from .flags import demo_flags
+
 def cli_parser(parser):
-    "Flags of `mtnlg demo`."
-    parser.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo preset's)")
-    parser.add_argument("--eval-limit", type=int, default=100, help="examples per evaluation task")
-    parser.add_argument("--shots", default="0,1,5", help="shot counts")
-    parser.add_argument("--tasks", default=DEMO_TASKS, help="evaluation tasks")
-    parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")
-    return parser
+    "Flags of `mtnlg demo`: `mtnlg.flags.demo_flags` (declared without torch, so `--help` is fast)."
+    return demo_flags(parser)
 
 def cli_run(args) -> int:
     "`mtnlg demo`."
-    try: run_demo(args.out, args.steps, args.eval_limit, args.shots, args.tasks, args.fresh)
+    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh)
     except EvalError as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1

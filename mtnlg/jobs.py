@@ -536,7 +536,8 @@ def cli_parser(parser):
     s.add_argument("--nodes", type=int, default=1, help="Slurm nodes of the job")
     s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of each node (DGX: 8; 0 for a CPU job)")
     s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
-    s.add_argument("--time", default=None, help="HH:MM:SS or D-HH:MM:SS")
+    s.add_argument("--time", default=None, help="the job's time limit, HH:MM:SS or D-HH:MM:SS (default: the "
+                   "partition's)")
     s.add_argument("--account", default=None, help="Slurm account to charge (default: yours)")
     s.add_argument("--cpus-per-task", type=int, default=None,
                    help="CPUs of the batch task (default: the whole node when exclusive)")

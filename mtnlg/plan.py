@@ -579,7 +579,8 @@ def cli_parser(parser):
                    help="fraction of GPU memory kept back (default 0.1)")
     m = parser.add_argument_group("model of the run")
     m.add_argument("--iteration-time", type=float, default=None,
-                   help="measured seconds per iteration -> achieved TFLOP/s per GPU")
+                   help="measured seconds per iteration -> achieved TFLOP/s per GPU (default: none, "
+                        "predicted figures only)")
     m.add_argument("--compute-fraction", type=float, default=None,
                    help="fraction of peak reached by compute (default "
                         f"{PAPER_COMPUTE_FRACTION}, fit to the paper)")

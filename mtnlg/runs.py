@@ -32,8 +32,8 @@ def find_checkpoint(run_dir, step: int | None = None) -> Path:
     ck = latest_checkpoint(run)
     if ck is None:
         raise EvalError(f"--checkpoint {run}: no complete checkpoint under {run / 'checkpoints'}; train with "
-                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg export "
-                        "--import-hf), or pass --hf-model DIR")
+                        "`mtnlg train --out RUN_DIR` first (or import one: mtnlg import-hf "
+                        "HF_DIR --out RUN_DIR), or pass --hf-model DIR")
     return ck
 
 # %% ../nbs/06a_runs.ipynb #db9fe91b

