@@ -540,34 +540,41 @@ def cli_parser(p):
                         "text files (.txt, .md, .rst; each subfolder a source)")
     return p
 
+# %% ../nbs/05d_corpus.ipynb #50a27706
 def _sources(specs, split=""):
     out = [parse_source(x) for x in specs]
     for s in out: s.split = split
     return out
 
+def _curate(args) -> int:
+    "Run `mtnlg data curate`."
+    qc, srcs = None, _sources(args.sources, args.split)
+    if args.quality_good or args.quality_web:
+        qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
+                                      args.quality_max_docs)
+    if args.executor == "single":
+        rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
+                     quality_threshold=args.quality_threshold, min_chars=args.min_chars,
+                     on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
+                     decontam=DecontamRule(key_threshold=args.key_threshold).validate())
+        print(report_frame(rep).to_string()); return 0
+    run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
+                      min_chars=args.min_chars, quality_threshold=args.quality_threshold,
+                      on_error=args.on_error, tokenizer=args.tokenizer,
+                      quality_pareto_alpha=args.quality_pareto_alpha,
+                      unit_bytes=int(args.unit_mb * 2**20), key_threshold=args.key_threshold)
+    res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
+                     **({"time_limit": args.time} if args.executor == "slurm" else {}))
+    if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
+    print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
+    return 0
+
+
+# %% ../nbs/05d_corpus.ipynb #74febec3
 def cli_run(args) -> int:
     "Run `mtnlg data ACTION`."
     try:
-        if args.data_cmd == "curate":
-            qc, srcs = None, _sources(args.sources, args.split)
-            if args.quality_good or args.quality_web:
-                qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
-                                              args.quality_max_docs)
-            if args.executor == "single":
-                rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
-                             quality_threshold=args.quality_threshold, min_chars=args.min_chars,
-                             on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
-                             decontam=DecontamRule(key_threshold=args.key_threshold).validate())
-                print(report_frame(rep).to_string()); return 0
-            run = CurationRun(srcs, args.out, tasks=args.tasks, eval_dir=args.eval_dir,
-                              min_chars=args.min_chars, quality_threshold=args.quality_threshold,
-                              on_error=args.on_error, tokenizer=args.tokenizer,
-                              quality_pareto_alpha=args.quality_pareto_alpha,
-                              unit_bytes=int(args.unit_mb * 2**20), key_threshold=args.key_threshold)
-            res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
-                             **({"time_limit": args.time} if args.executor == "slurm" else {}))
-            if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
-            print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
+        if args.data_cmd == "curate": return _curate(args)
         elif args.data_cmd == "tokenize":
             r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers,
                                     text_key=args.text_key, on_error=args.on_error)

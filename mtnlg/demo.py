@@ -6,7 +6,6 @@
 from __future__ import annotations
 import json, os, shutil, sys, time
 from pathlib import Path
-import mtnlg
 from .config import load_config, ConfigError, DataError, EvalError, RunConfig, atomic_write_text
 from .topology import shutdown
 from .checkpoint_folders import latest_checkpoint
@@ -15,13 +14,13 @@ from .runs import checkpoint_identity, run_tokenizer
 from .corpus import check_demo_sources, prepare_demo_corpus
 from .train import TrainingError, plan_steps, run_training
 from .eval import evaluate, load_model_for_eval
-from .jobs import run_notebook
+from .jobs import JobError, find_notebook, run_notebook
 
 # %% auto #0
 __all__ = ['REPORT_NOTEBOOK', 'DEMO_TASKS', 'demo_config', 'run_demo', 'cli_parser', 'cli_run']
 
 # %% ../nbs/10_demo.ipynb #5793e248
-REPORT_NOTEBOOK = Path(mtnlg.__file__).resolve().parents[1] / "nbs" / "12_demo_report.ipynb"
+REPORT_NOTEBOOK = "12_demo_report"      # the report: shipped in the package (`find_notebook`), or a clone's nbs/
 DEMO_TASKS = "lambada,piqa,hellaswag"
 
 def demo_config(blend, steps: int | None = None, **overrides) -> RunConfig:
@@ -71,14 +70,14 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
              tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print,
              sources: str = "pypi") -> dict:
     "Corpus of `sources` -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`."
-    check_demo_sources(sources)                                                # the corpus's sources and
+    check_demo_sources(sources)                                                # the corpus's sources,
+    report_nb = find_notebook(REPORT_NOTEBOOK)                                 # the report and
     eval_dir = _eval_data()
     parse_shots(shots)
     for name in parse_tasks(tasks, eval_dir): task_source(name, eval_dir)     # every task's data, before any work
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    if not REPORT_NOTEBOOK.exists(): raise ConfigError(f"{REPORT_NOTEBOOK} is missing: run the demo from a clone of the repository")
     times, t_all = {}, time.time()
 
     t = _stage(1, 4, "corpus: fetch (cached), curate, decontaminate, tokenize with GPT-2 BPE, blend", log)
@@ -101,8 +100,8 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
                    config=str(run / "config.json"), times=times)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1))
     if report:
-        t = _stage(4, 4, "report: execute nbs/12_demo_report.ipynb with papermill", log)
-        r = run_notebook(REPORT_NOTEBOOK, {"demo_dir": str(out)}, run_dir=out, echo=False)
+        t = _stage(4, 4, f"report: execute {report_nb} with papermill", log)
+        r = run_notebook(report_nb, {"demo_dir": str(out)}, run_dir=out, echo=False)
         if not r.ok: raise RuntimeError(f"the report notebook failed ({r.error}); see {r.notebook}")
         times["report_s"] = round(time.time() - t, 1)
         summary["report"] = str(r.notebook)
@@ -128,7 +127,7 @@ def cli_parser(parser):
 def cli_run(args) -> int:
     "`mtnlg demo`."
     try: run_demo(args.out, args.steps, args.eval_limit, args.shots, args.tasks, args.fresh, sources=args.sources)
-    except (EvalError, DataError, ConfigError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
+    except (EvalError, DataError, ConfigError, JobError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1
     return 0
