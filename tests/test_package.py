@@ -177,6 +177,8 @@ def test_wheel_ships_the_job_notebooks(wheel, tmp_path):
         inside = {n.removeprefix("mtnlg/notebooks/"): z.read(n) for n in z.namelist() if n.startswith("mtnlg/notebooks/")}
         z.extractall(site)
     assert inside == {n: (ROOT / "nbs" / n).read_bytes() for n in shipped}     # one source, nbs/; no other notebook
+    manifest = re.findall(r"nbs/(\S+\.ipynb)", (ROOT / "MANIFEST.in").read_text())     # the sdist's list: the same
+    assert sorted(manifest) == sorted(shipped)
     env = dict(os.environ, PYTHONPATH=str(site))
     p = _run([sys.executable, "-c", FIND, "11_train_job", "12_demo_report.ipynb"], cwd=tmp_path, env=env)
     assert p.stdout.split() == [str(site / "mtnlg/__init__.py"), *(str(site / "mtnlg/notebooks" / n) for n in
