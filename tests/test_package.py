@@ -1,6 +1,6 @@
 """The package as others use it: every import declared in settings.ini, the pinned environments satisfy the
 declared requirements, and a built wheel works in a fresh virtual environment (no editable install, no .venv)."""
-import ast, functools, hashlib, os, re, shutil, subprocess, sys, sysconfig
+import ast, functools, hashlib, json, os, re, shutil, subprocess, sys, sysconfig
 from configparser import ConfigParser
 from importlib import metadata
 from pathlib import Path
@@ -135,6 +135,8 @@ def wheel(tmp_path_factory):
     "The mtnlg wheel, built from a copy of the package files (nothing is written into the repo)."
     src = tmp_path_factory.mktemp("wheel_src")
     for name in ("setup.py", "settings.ini", "README.md", "LICENSE"): shutil.copy(ROOT / name, src)
+    (src / "nbs").mkdir()
+    for name in settings()["package_notebooks"].split(): shutil.copy(ROOT / "nbs" / name, src / "nbs")
     shutil.copytree(ROOT / "mtnlg", src / "mtnlg", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src])
@@ -161,6 +163,29 @@ def test_wheel_carries_the_apache_license(wheel, tmp_path):
         for i in z.infolist():
             if not i.filename.endswith("/LICENSE"): out.writestr(i, z.read(i))
     assert wheel_license(bare)[0] is None
+
+FIND = ("import sys, mtnlg; from mtnlg.jobs import find_notebook; print(mtnlg.__file__); "
+        "print(*(find_notebook(n) for n in sys.argv[1:]), sep='\\n')")
+
+def test_wheel_ships_the_job_notebooks(wheel, tmp_path):
+    "The notebooks jobs and the demo run are in the wheel, from nbs/ byte for byte, and found by name with no clone."
+    import zipfile
+    shipped = settings()["package_notebooks"].split()
+    assert {"11_train_job.ipynb", "12_demo_report.ipynb"} <= set(shipped)
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        inside = {n.removeprefix("mtnlg/notebooks/"): z.read(n) for n in z.namelist() if n.startswith("mtnlg/notebooks/")}
+        z.extractall(site)
+    assert inside == {n: (ROOT / "nbs" / n).read_bytes() for n in shipped}     # one source, nbs/; no other notebook
+    manifest = re.findall(r"nbs/(\S+\.ipynb)", (ROOT / "MANIFEST.in").read_text())     # the sdist's list: the same
+    assert sorted(manifest) == sorted(shipped)
+    env = dict(os.environ, PYTHONPATH=str(site))
+    p = _run([sys.executable, "-c", FIND, "11_train_job", "12_demo_report.ipynb"], cwd=tmp_path, env=env)
+    assert p.stdout.split() == [str(site / "mtnlg/__init__.py"), *(str(site / "mtnlg/notebooks" / n) for n in
+                                                                   ("11_train_job.ipynb", "12_demo_report.ipynb"))]
+    shutil.rmtree(site / "mtnlg/notebooks")                     # control: without them, outside a clone, not found
+    p = subprocess.run([sys.executable, "-c", FIND, "11_train_job"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert p.returncode != 0 and "JobError: 11_train_job: no such notebook" in p.stderr, p.stderr[-2000:]
 
 # Run inside the test venv: the installed distributions that mtnlg does not need (left by an earlier pin set).
 PRUNE = """
@@ -259,3 +284,16 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_d
     assert re.search(r"lambada", runs[2].stdout + runs[2].stderr, re.I)
     for p in runs[:2]: assert WARNING not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]   # quiet by default
     assert WARNING in runs[2].stderr, runs[2].stderr[-3000:]                                          # --verbose
+    # the shipped notebooks by name, outside a clone: the demo's report and the training job (rendered, and run on
+    # one stack: papermill's kernel is the venv's)
+    from mtnlg.demo import REPORT_NOTEBOOK
+    found = _run([fresh_venv / "bin/python", "-c", FIND, REPORT_NOTEBOOK, "11_train_job"], cwd=cwd, env=env).stdout.split()
+    site = Path(found[0]).parent
+    assert site.is_relative_to(fresh_venv) and found[1:] == [str(site / "notebooks" / f"{n}.ipynb")
+                                                             for n in (REPORT_NOTEBOOK, "11_train_job")]
+    script = _run([exe, "job", "submit", "11_train_job", "--dry-run", "--nodes", "2", "--requeue"], cwd=cwd, env=env).stdout
+    assert f"mtnlg job run {found[2]} --run-dir" in script
+    if fresh_venv.name == "venv-default":
+        _run([exe, "job", "run", "11_train_job", "--run-dir", "job", "--quiet", "-p", "overrides",
+              '{"steps": 2, "data": "mock", "global_batch": 4}'], cwd=cwd, env=env, timeout=600)
+        assert [m["step"] for m in map(json.loads, (cwd / "job/train/metrics.jsonl").read_text().splitlines())] == [1, 2]

@@ -1,5 +1,6 @@
 "Reading sources: WARC (charsets, Trafilatura), datatrove's HF reader, files split into units by size."
 import io, json, random
+from pathlib import Path
 import numpy as np
 import pytest
 import mtnlg.config as CF
@@ -203,3 +204,119 @@ def test_warc_through_curate_run(tmp_path):
         for para in ARTICLES[name][0]: assert para in flat
     assert "Copyright" not in flat and "Section 3 menu" not in flat
     assert load_stats(run.path)["read"]["sources"]["cc"]["no_main_text"] == 1
+
+
+# The demo's sources (mtnlg.corpus): the standard library's, a pinned PyPI file, a user's folder (`--sources DIR`).
+
+def test_demo_stdlib_sources_built_in_process(tmp_path):
+    "stdlib and pytopics from this Python's own files: capped, named by the Python version, fetched once."
+    import sys
+    from mtnlg.corpus import fetch_demo_sources
+    logs = []
+    srcs = fetch_demo_sources(tmp_path, max_docs=30, max_bytes=10**8, names=["stdlib", "pytopics"], log=logs.append)
+    py = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    assert [s.name for s in srcs] == ["stdlib", "pytopics"] and all(py in s.path for s in srcs)
+    docs = {s.name: [json.loads(l)["text"] for l in open(s.path)] for s in srcs}
+    assert [len(d) for d in docs.values()] == [30, 30] and min(len(t) for d in docs.values() for t in d) >= 200
+    assert any(t.startswith('The "assert" statement') for t in docs["pytopics"])       # the documentation's topics
+    assert any("def " in t for t in docs["stdlib"]) and len(logs) == 2
+    mtimes = [Path(s.path).stat().st_mtime_ns for s in srcs]
+    assert fetch_demo_sources(tmp_path, max_docs=30, max_bytes=10**8, names=["stdlib", "pytopics"],
+                              log=logs.append) == srcs
+    assert [Path(s.path).stat().st_mtime_ns for s in srcs] == mtimes and len(logs) == 2     # cached: not rewritten
+    other = fetch_demo_sources(tmp_path, max_docs=20, max_bytes=10**8, names=["stdlib"], log=logs.append)
+    assert other[0].path != srcs[0].path and len(logs) == 3                 # control: other caps, another file
+    with pytest.raises(CF.DataError, match=r"demo source 'nope': known: stdlib, shakespeare"):
+        fetch_demo_sources(tmp_path, names=["nope"])
+
+
+def _tiny_tar(path, files):
+    import io, tarfile
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_demo_pypi_file_pinned_and_checked(tmp_path):
+    "pip downloads the pinned docutils sdist from the index pip is set up for; a file of another SHA-256 is refused."
+    import hashlib
+    from mtnlg.corpus import PYPI_FILES, _fetch_docutils, pip_fetch, unpack_checked
+    d = pip_fetch("docutils", tmp_path / "raw")
+    assert (d / ".done").exists() and d.name == PYPI_FILES["docutils"][0].replace("==", "-")
+    docs = list(_fetch_docutils(tmp_path / "raw"))
+    assert len(docs) > 50 and any("reStructuredText" in t for t in docs)
+    arc = _tiny_tar(tmp_path / "t.tar.gz", {"p/docs/a.txt": "kept", "p/setup.py": "left out"})
+    ok = unpack_checked(arc, hashlib.sha256(arc.read_bytes()).hexdigest(), tmp_path / "ok", under="p/docs/")
+    assert [p.relative_to(ok).as_posix() for p in ok.rglob("*") if p.is_file()] == [".done", "p/docs/a.txt"]
+    with pytest.raises(CF.DataError, match=r"t.tar.gz: SHA-256 [0-9a-f]{64}, want 0{64} \(the pinned file\)"):
+        unpack_checked(arc, "0" * 64, tmp_path / "bad")                   # control: another file
+    assert not (tmp_path / "bad").exists()
+
+
+def _user_folder(root, fixture_data):
+    "A user's folder: a book at the top, two in a subfolder (one deeper), and files that are not text or hidden."
+    book = lambda f: (fixture_data / "corpus/gutenberg" / f).read_text()[:60_000]
+    for f, text in {"emma.txt": book("austen-emma.txt"), "poems/blake.md": book("blake-poems.txt"),
+                    "poems/more/leaves.rst": book("whitman-leaves.txt"), "poems/.draft.txt": "hidden draft",
+                    "data.csv": "1,2\n", ".cache/x.txt": "hidden folder"}.items():
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text(text)
+    return root
+
+
+def test_demo_folder_sources_and_bad_values(tmp_path, fixture_data):
+    "A folder's own files and each subfolder's make the sources; a missing folder or one without text: one error."
+    from mtnlg.corpus import check_demo_sources, folder_sources
+    mine = _user_folder(tmp_path / "my books", fixture_data)
+    found = folder_sources(mine)
+    assert {n: sorted(p.name for p in f) for n, f in found.items()} == \
+        {"my_books": ["emma.txt"], "poems": ["blake.md", "leaves.rst"]}
+    assert check_demo_sources("pypi") == "pypi" and check_demo_sources(str(mine)).keys() == found.keys()
+    (tmp_path / "no text").mkdir()
+    (tmp_path / "no text" / "data.csv").write_text("1,2\n")
+    for bad, why in ((tmp_path / "missing", "no such folder"), (mine / "emma.txt", "no such folder"),
+                     (tmp_path / "no text", "no text file in it"), ("pypy", "no such folder")):
+        with pytest.raises(CF.DataError, match=rf"--sources .*: {why}; pass a folder of text files \(\.txt, "
+                                               rf"\.md, \.rst, \.text\), or 'pypi' or 'debian'"):
+            check_demo_sources(bad)
+
+
+def test_demo_bad_sources_refused_before_any_work(tmp_path, capsys):
+    "`mtnlg demo` and `mtnlg data demo-corpus` with `--sources MISSING`: exit 2, the error, nothing made."
+    import argparse
+    from mtnlg import corpus, demo
+    args = demo.cli_parser(argparse.ArgumentParser()).parse_args(
+        ["--out", str(tmp_path / "demo"), "--sources", str(tmp_path / "missing")])
+    assert demo.cli_run(args) == 2 and not (tmp_path / "demo").exists()
+    assert f"mtnlg demo: --sources {tmp_path / 'missing'}: no such folder" in capsys.readouterr().err
+    args = corpus.cli_parser(argparse.ArgumentParser()).parse_args(
+        ["demo-corpus", "--cache-dir", str(tmp_path / "cache"), "--sources", str(tmp_path / "missing")])
+    assert corpus.cli_run(args) == 2 and not (tmp_path / "cache").exists()
+    assert "mtnlg data demo-corpus: --sources" in capsys.readouterr().err
+
+
+def test_demo_corpus_of_a_folder_through_the_data_command(tmp_path, fixture_data, capsys):
+    "`mtnlg data demo-corpus --sources DIR`: the folder's sources curated, decontaminated, blended equally, cached."
+    import argparse
+    from mtnlg import corpus
+    from mtnlg.indexed import load_blend
+    mine = _user_folder(tmp_path / "mine", fixture_data)
+    argv = ["demo-corpus", "--cache-dir", str(tmp_path / "cache"), "--eval-dir", str(fixture_data / "eval"),
+            "--sources", str(mine), "--max-docs", "8"]
+    args = corpus.cli_parser(argparse.ArgumentParser()).parse_args(argv)
+    assert corpus.cli_run(args) == 0
+    spec = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    blend = load_blend(spec)
+    assert [(e.name, e.weight) for e in blend] == [("mine", 0.5), ("poems", 0.5)] and all(e.tokens > 0 for e in blend)
+    rep = json.loads((spec.parent / "report.json").read_text())["sources"]
+    assert rep["mine"]["docs_in"] == 6 and rep["poems"]["docs_in"] == 8           # emma: 60K characters, 6 pieces
+    assert rep["mine"]["scored"] == rep["poems"]["scored"] == 0                      # no quality filter
+    assert corpus.prepare_demo_corpus(tmp_path / "cache", fixture_data / "eval", str(mine), max_docs=8,
+                                      log=None) == spec                                 # cached by what made it
+    key = lambda: corpus._corpus_key(corpus.folder_sources(mine), 8, 3_000_000, "gpt2", fixture_data / "eval", None, [])
+    assert spec.parent.name == key()
+    (mine / "poems" / "new.txt").write_text("a new poem")
+    assert spec.parent.name != key()                                      # control: another file, another corpus
