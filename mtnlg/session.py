@@ -123,6 +123,14 @@ def _rank_main() -> int:
 if __name__ == "__main__":
     sys.exit(_rank_main())
 
+# %% ../nbs/13a_session.ipynb #f70cdc0f
+def _end(proc):
+    "Stop the launcher (torchrun ends its ranks) if it still runs."
+    if proc.poll() is None:
+        proc.terminate()
+        try: proc.wait(timeout=30)
+        except subprocess.TimeoutExpired: proc.kill()
+
 # %% ../nbs/13a_session.ipynb #273228ad
 class _Ranks:
     "A session's launched ranks: the launcher, its output (for errors) and rank 0's connection."
@@ -183,13 +191,6 @@ class _Ranks:
         try: self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired: _end(self.proc)
         self.listener.close()
-
-def _end(proc):
-    "Stop the launcher (torchrun ends its ranks) if it still runs."
-    if proc.poll() is None:
-        proc.terminate()
-        try: proc.wait(timeout=30)
-        except subprocess.TimeoutExpired: proc.kill()
 
 # %% ../nbs/13a_session.ipynb #e3d03d0f
 class Session:
