@@ -18,23 +18,28 @@ from .generate import GenerateError, Generation, Generator, Sampling
 from . import eval as ev
 
 # %% auto #0
-__all__ = ['REQUESTS', 'KEY_ENV', 'SessionError', 'load_lm', 'score_pairs', 'run_task_config', 'evaluate_tasks', 'generate_texts',
-           'serve', 'Session']
+__all__ = ['REQUESTS', 'KEY_ENV', 'SessionError', 'QuietLM', 'load_lm', 'score_pairs', 'run_task_config', 'evaluate_tasks',
+           'generate_texts', 'serve', 'Session']
 
 # %% ../nbs/13a_session.ipynb #9c4d81f6
 class SessionError(RuntimeError):
     "The session's ranks could not start or stopped; the message holds the end of their output."
 
 # %% ../nbs/13a_session.ipynb #07cd86a2
+class QuietLM(ev.MtnlgLM):
+    "`MtnlgLM` without lm-eval's progress bar per call (it passes `disable_tqdm` itself): a study's output is stable."
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        return super().loglikelihood(requests, disable_tqdm=True)
+
 def load_lm(source, batch_size: int = 8, tp: int = 1, pp: int = 1, precision: str = "fp32",
-            step: int | None = None) -> tuple[ev.MtnlgLM, dict]:
+            step: int | None = None) -> tuple[QuietLM, dict]:
     "(`MtnlgLM` over this rank's part of `source`'s model at tp x pp, the model's identity); every rank calls it."
     if is_hf_model_dir(source):
         tok = hf_tokenizer(source)                             # refuses a foreign tokenizer before any load
-        return ev.MtnlgLM(ev.hf_scorer(source, batch_size), tok), hf_identity(source)
+        return QuietLM(ev.hf_scorer(source, batch_size), tok), hf_identity(source)
     scorer, ck = ev.load_model_for_eval(source, batch_size, tp, pp, precision, step=step)
     ident = {**checkpoint_identity(ck, source), "precision": precision}   # as `mtnlg eval` records it
-    return ev.MtnlgLM(scorer, run_tokenizer(source)), ident
+    return QuietLM(scorer, run_tokenizer(source)), ident
 
 # %% ../nbs/13a_session.ipynb #da8beb84
 def score_pairs(lm, pairs: list) -> list[tuple[float, bool]]:
