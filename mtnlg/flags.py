@@ -141,6 +141,8 @@ def generate_flags(parser):
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
     parser.add_argument("--seed", type=int, default=1234, help="sampling seed (same tokens on any layout)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
+    parser.add_argument("--per-row", action="store_true",
+                        help="decode each prompt alone: the same text at any --batch-size (a forward per row)")
     parser.add_argument("--no-stop-at-eod", action="store_true", help="keep going past the end-of-document token")
     parser.add_argument("--truncate", choices=["error", "left"], default="error",
                         help="a prompt too long for the context: error, or keep its last tokens (left)")

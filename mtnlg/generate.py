@@ -40,12 +40,16 @@ class Sampling:
     temperature: float = 1.0       # > 0; divides the logits
     top_k: int = 0                 # keep the k most likely tokens (0: all)
     top_p: float = 1.0             # nucleus: the smallest set with this much probability, in (0, 1]
-    # request i draws from the stream (seed, i): the same tokens at any batch size and on any layout
+    # request i draws from the stream (seed, i): its draws do not depend on its batch, batch mates or layout
     seed: int = 1234
     stop: list = field(default_factory=list)   # stop strings: a row ends at the first one (cut from its text)
     stop_at_eod: bool = True       # a row ends at the end-of-document token
     # prompt longer than context - max_new_tokens: 'error' or 'left' (keep its end)
     truncate: str = "error"
+    # decode each prompt alone (a batch of one, no padding): its logits, so its text, are the same at any batch size
+    # and beside any batch mates (a batched row's logits differ in the last bits, ~1e-6). Cost: a forward per row
+    # and step instead of one per batch (PP > 1 keeps rows in flight)
+    per_row: bool = False
 
     def check(self):
         "Raise `GenerateError` naming the bad setting."
@@ -266,22 +270,24 @@ def _stop_at(text: str, stops) -> int | None:
     idx = [text.find(s) for s in stops if s in text]
     return min(idx) if idx else None
 
+# %% ../nbs/13_generate.ipynb #dc892191
 class _Rows:
     "A batch being decoded: the next step's inputs, tokens so far, which rows are done (the same on every rank)."
-    def __init__(self, gen, ids: list[list[int]], s: Sampling, indices: list[int] | None = None, text0=False,
-                 keep_seq=False):
-        # text0: keep row 0's text up to date (for streaming); keep_seq: keep the whole sequence (no KV cache)
+    def __init__(self, tok, new_cache: Callable, ids: list[list[int]], s: Sampling, indices: list[int] | None = None,
+                 text0=False, keep_seq=False):
+        # tok: the tokenizer; new_cache(capacity): the decoder's cache; text0: keep row 0's text up to date (for
+        # streaming); keep_seq: keep the whole sequence (no KV cache)
         B, L = len(ids), max(map(len, ids))
-        tokens = torch.full((B, L), gen.tok.eod, dtype=torch.long)
+        tokens = torch.full((B, L), tok.eod, dtype=torch.long)
         valid = torch.zeros(B, L, dtype=torch.bool)
         for r, x in enumerate(ids): tokens[r, L - len(x):], valid[r, L - len(x):] = torch.tensor(x), True
         indices = list(range(B)) if indices is None else list(indices)
         if len(indices) != B:
             raise GenerateError(f"{len(indices)} request indices for {B} prompts: want one each")
-        self.tok, self.s, self.text0, self.t = gen.tok, s, text0, 0
+        self.tok, self.s, self.text0, self.t = tok, s, text0, 0
         self.streams = [request_stream(s.seed, i) for i in indices] if s.do_sample else None
         self.out, self.text, self.finish = [[] for _ in range(B)], [""] * B, [None] * B
-        self.cache = gen.dec.new_cache(L + s.max_new_tokens)
+        self.cache = new_cache(L + s.max_new_tokens)
         # step: the next step's (tokens, positions, valid); seq: the whole sequence so far (keep_seq only)
         self.step = (tokens, (valid.long().cumsum(1) - 1).clamp(min=0), valid)
         self.seq = self.step if keep_seq else None
@@ -312,6 +318,16 @@ class _Rows:
             res.append((text if cut is None else text[:cut], o, f or "length"))
         return res
 
+# %% ../nbs/13_generate.ipynb #418a725e
+def _stream_piece(on_text: Callable, text: str, shown: int, s: Sampling, done: bool) -> int:
+    "Hand on the text not yet shown (holding back what may become a stop string or a partial character)."
+    if s.stop: text = text[:_stop_at(text, s.stop)] if _stop_at(text, s.stop) is not None else text
+    end = len(text) if done else max(shown, len(text) - max((len(x) - 1 for x in s.stop), default=0))
+    while not done and end > shown and text[end - 1] == "\ufffd": end -= 1
+    if end > shown: on_text(text[shown:end])
+    return max(shown, end)
+
+# %% ../nbs/13_generate.ipynb #e01232dc
 class Generator:
     "Text generation over a decoder (the project's model on this rank or a transformers one) and a tokenizer."
     def __init__(self, decoder, tokenizer, rank0: bool = True):
@@ -320,7 +336,7 @@ class Generator:
     def generate(self, prompts, sampling: Sampling | None = None, use_cache: bool = True,
                  on_text: Callable | None = None, batch_size: int = 8, first_index: int = 0,
                  in_flight: int | None = None, **settings) -> list[Generation]:
-        "Continue each prompt (a string or list) in batches; prompt i draws from stream (seed, first_index + i)."
+        "Continue each prompt (a string or list) in batches (of one if `per_row`); prompt i draws stream (seed, first_index + i)."
         # on_text(piece): streams the text of a single prompt; in_flight: batches in the pipeline (default pp)
         s = (sampling or Sampling(**settings)).check()
         single = isinstance(prompts, str)
@@ -330,27 +346,28 @@ class Generator:
             if not p: raise GenerateError(f"prompt {i} is empty: give some text to continue")
         ids = prepare_prompts([self.tok.tokenize(p) for p in prompts], self.dec.max_len, s)
         if batch_size < 1: raise GenerateError(f"batch_size {batch_size}: want >= 1")
+        size = 1 if s.per_row else batch_size                          # per_row: batches of one row
         if len(prompts) == 1: rows = self.generate_ids(ids, s, use_cache, on_text, indices=[first_index])
         else:
             index = list(range(first_index, first_index + len(ids)))
-            batches = [(ids[b:b + batch_size], index[b:b + batch_size]) for b in range(0, len(ids), batch_size)]
+            batches = [(ids[b:b + size], index[b:b + size]) for b in range(0, len(ids), size)]
             rows = [r for res in self.generate_batches(batches, s, use_cache, in_flight) for r in res]
         out = [Generation(p, *r) for p, r in zip(prompts, rows)]
         return out[0] if single else out
 
     def generate_batches(self, batches: list, s: Sampling, use_cache: bool = True,
                          in_flight: int | None = None) -> list[list]:
-        "`generate_ids` of each (ids, indices) of `batches`, up to `in_flight` (default pp) in the pipeline at once."
+        "`generate_ids` of each (ids, indices) of `batches` as given, up to `in_flight` (default pp) in flight at once."
         if in_flight is not None and in_flight < 1:
             raise GenerateError(f"in_flight {in_flight}: want >= 1 (1: one batch at a time)")
         n = min(in_flight or self.dec.pp, self.dec.pp, len(batches))
-        if n > 1 and use_cache: return self._pipelined(batches, s, n)
+        if n > 1 and use_cache: return _pipelined(self, batches, s, n)
         return [self.generate_ids(ids, s, use_cache, indices=ix) for ids, ix in batches]
 
     def generate_ids(self, ids: list[list[int]], s: Sampling, use_cache: bool = True, on_text=None,
                      indices: list[int] | None = None):
         "(text, tokens, finish) per prompt of ids (checked by `prepare_prompts`); row r draws stream indices[r]."
-        rows = _Rows(self, ids, s, indices, text0=on_text is not None, keep_seq=not use_cache)
+        rows = _Rows(self.tok, self.dec.new_cache, ids, s, indices, text0=on_text is not None, keep_seq=not use_cache)
         dev, shown = self.dec.device, 0
         while True:
             if use_cache: logits = self.dec.step(rows.cache, *(x.to(dev) for x in rows.step))
@@ -358,10 +375,10 @@ class Generator:
                 logits = self.dec.step(self.dec.new_cache(rows.seq[0].shape[1]), *(x.to(dev) for x in rows.seq))
             done = rows.take(self._pick(logits, rows))
             if on_text is not None and self.rank0:
-                shown = self._stream(on_text, rows.text[0], shown, s, bool(rows.finish[0]))
+                shown = _stream_piece(on_text, rows.text[0], shown, s, bool(rows.finish[0]))
             if done: break
         res = rows.result()
-        if on_text is not None and self.rank0: self._stream(on_text, res[0][0], shown, s, True)
+        if on_text is not None and self.rank0: _stream_piece(on_text, res[0][0], shown, s, True)
         return res
 
     def _pick(self, logits, rows: _Rows) -> torch.Tensor:
@@ -369,35 +386,28 @@ class Generator:
         if not self.dec.picks: return self.dec.share(torch.zeros(len(rows.out), dtype=torch.long))
         return self.dec.share(next_tokens(logits, rows.s, rows.streams))
 
-    def _pipelined(self, batches: list, s: Sampling, in_flight: int) -> list[list]:
-        "Each batch's results, `in_flight` batches in slots: at tick t stage k steps slot `pipeline_slot(t, k, pp)`."
-        dec, pp = self.dec, self.dec.pp
-        todo, slots, res = list(range(len(batches)))[::-1], [None] * pp, [None] * len(batches)
-        def fill(g):
-            "Slot g takes the next batch, if any."
-            b = todo.pop() if g < in_flight and todo else None
-            slots[g] = None if b is None else (b, _Rows(self, batches[b][0], s, batches[b][1]))
-        for g in range(pp): fill(g)
-        t = 0
-        while any(slots):
-            mine, last = pipeline_slot(t, dec.stage, pp), pipeline_slot(t, pp - 1, pp)
-            logits = None
-            if mine is not None and slots[mine]:
-                rows = slots[mine][1]
-                logits = dec.step(rows.cache, *(x.to(dec.device) for x in rows.step))
-            if last is not None and slots[last] and slots[last][1].take(self._pick(logits, slots[last][1])):
-                res[slots[last][0]] = slots[last][1].result()
-                fill(last)
-            t += 1
-        return res
-
-    def _stream(self, on_text, text, shown, s, done) -> int:
-        "Hand on the text not yet shown (holding back what may become a stop string or a partial character)."
-        if s.stop: text = text[:_stop_at(text, s.stop)] if _stop_at(text, s.stop) is not None else text
-        end = len(text) if done else max(shown, len(text) - max((len(x) - 1 for x in s.stop), default=0))
-        while not done and end > shown and text[end - 1] == "\ufffd": end -= 1
-        if end > shown: on_text(text[shown:end])
-        return max(shown, end)
+# %% ../nbs/13_generate.ipynb #e8baa47d
+def _pipelined(gen: Generator, batches: list, s: Sampling, in_flight: int) -> list[list]:
+    "Each batch's results, `in_flight` batches in slots: at tick t stage k steps slot `pipeline_slot(t, k, pp)`."
+    dec, pp = gen.dec, gen.dec.pp
+    todo, slots, res = list(range(len(batches)))[::-1], [None] * pp, [None] * len(batches)
+    def fill(g):
+        "Slot g takes the next batch, if any."
+        b = todo.pop() if g < in_flight and todo else None
+        slots[g] = None if b is None else (b, _Rows(gen.tok, dec.new_cache, batches[b][0], s, batches[b][1]))
+    for g in range(pp): fill(g)
+    t = 0
+    while any(slots):
+        mine, last = pipeline_slot(t, dec.stage, pp), pipeline_slot(t, pp - 1, pp)
+        logits = None
+        if mine is not None and slots[mine]:
+            rows = slots[mine][1]
+            logits = dec.step(rows.cache, *(x.to(dec.device) for x in rows.step))
+        if last is not None and slots[last] and slots[last][1].take(gen._pick(logits, slots[last][1])):
+            res[slots[last][0]] = slots[last][1].result()
+            fill(last)
+        t += 1
+    return res
 
 # %% ../nbs/13_generate.ipynb #2c107d1b
 def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32", step: int | None = None) -> Generator:
@@ -451,6 +461,7 @@ def lm_eval_sampling(kwargs: dict | None, max_gen_toks: int = 256, max_len: int 
                     top_k=int(kw.get("top_k") or 0), top_p=float(kw["top_p"] if kw.get("top_p") else 1.0),
                     seed=seed, stop=[u for u in kw["until"] if u], truncate="left").check()
 
+# %% ../nbs/13_generate.ipynb #7b1d5266
 def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size: int = 8,
                    max_gen_toks: int = 256, seed: int = 1234, in_flight: int | None = None) -> list[str]:
     "lm-eval `generate_until` answers, cut at `until`; request i samples from stream (seed, i) at any batching."
@@ -460,13 +471,13 @@ def generate_until(gen: Generator, requests: list[tuple[str, dict]], batch_size:
     out = [None] * len(requests)
     for idx in groups.values():
         s = settings[idx[0]]
-        parts = [idx[b:b + batch_size] for b in range(0, len(idx), batch_size)]
+        size = 1 if s.per_row else batch_size
+        parts = [idx[b:b + size] for b in range(0, len(idx), size)]
         prompts = lambda part: [gen.tok.tokenize(requests[i][0]) or [gen.tok.eod] for i in part]
         batches = [(prepare_prompts(prompts(part), gen.dec.max_len, s), part) for part in parts]
         for part, res in zip(parts, gen.generate_batches(batches, s, in_flight=in_flight)):
             for i, r in zip(part, res): out[i] = r[0]
     return out
-
 
 # %% ../nbs/13_generate.ipynb #effb1b99
 def _sampling_argv(s: Sampling) -> list[str]:
@@ -474,7 +485,8 @@ def _sampling_argv(s: Sampling) -> list[str]:
     argv = ["--max-new-tokens", str(s.max_new_tokens), "--temperature", repr(s.temperature), "--top-k",
             str(s.top_k), "--top-p", repr(s.top_p), "--seed", str(s.seed), "--truncate", s.truncate]
     for x in s.stop: argv += ["--stop", x]
-    return argv + (["--sample"] if s.do_sample else []) + ([] if s.stop_at_eod else ["--no-stop-at-eod"])
+    argv += ["--sample"] if s.do_sample else []
+    return argv + ([] if s.stop_at_eod else ["--no-stop-at-eod"]) + (["--per-row"] if s.per_row else [])
 
 def _write_prompts(path, prompts: list[str]):
     atomic_write_text(path, "".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
@@ -493,6 +505,7 @@ def read_prompts(path) -> list[str]:
     if not out: raise GenerateError(f"--prompts {p}: the file holds no prompt")
     return out
 
+# %% ../nbs/13_generate.ipynb #3c16e26b
 # the last model loaded on this process by generate_run (notebooks call it repeatedly)
 _LOADED: dict = {}
 
@@ -539,7 +552,7 @@ def cli_run(args) -> int:
 def _cli_sampling(args) -> Sampling:
     return Sampling(max_new_tokens=args.max_new_tokens, do_sample=args.sample, temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=list(args.stop),
-                    stop_at_eod=not args.no_stop_at_eod, truncate=args.truncate).check()
+                    stop_at_eod=not args.no_stop_at_eod, truncate=args.truncate, per_row=args.per_row).check()
 
 def _precheck(args, prompts, s):
     "Layout, checkpoint and prompt lengths checked before any rank starts; the step every rank reads is fixed."

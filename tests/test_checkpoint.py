@@ -325,7 +325,7 @@ def test_prune_while_eval_reads(tmp_path, fixture_data):
     gate = tmp_path / "gate"
     env = dict(os.environ, OMP_NUM_THREADS="1", MTNLG_INJECT_READ_GATE=str(gate))
     p = subprocess.Popen([MTNLG, "eval", "--checkpoint", str(cks[0]), "--tasks", "lambada", "--shots", "0", "--limit",
-                          "2", "--data", str(fixture_data / "eval"), "--json"],
+                          "2", "--eval-dir", str(fixture_data / "eval"), "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     _wait_for(f"{gate}.held", p)                                # the reader holds its lease, mid-load
     assert prune_checkpoints(run, keep_last=1) == [cks[1]]

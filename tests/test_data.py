@@ -483,7 +483,7 @@ def test_curation_on_slurm_equals_local_and_resumes(planted, slurm_cluster, fixt
     # rerun with the CLI: only the unfinished tasks are submitted
     cmd = [str(Path(sys.executable).parent / "mtnlg"), "data", "curate", *(f"{s.name}{'+q' * s.quality_filter}={s.path}"
            for s in planted["srcs"]), "--out", str(out), "--eval-dir", str(fixture_data / "eval"), "--executor", "slurm",
-           "--tasks", "2", "--partition", "debug", "--time", "00:15:00"]
+           "--shards", "2", "--partition", "debug", "--time", "00:15:00"]
     r = subprocess.run(cmd, capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     jobs = json.loads(r.stdout.strip().splitlines()[-1])["jobs"]

@@ -86,7 +86,7 @@ def parity(parity_run, data, tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
     p = subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run_dir), "--tasks",
                         ",".join(PARITY_TASKS), "--shots", ",".join(map(str, PARITY_SHOTS)),
-                        "--limit", str(PARITY_LIMIT), "--data", str(data),
+                        "--limit", str(PARITY_LIMIT), "--eval-dir", str(data),
                         "--tp", "2", "--pp", "2", "--dp", "2", "--batch-size", "16", "--log-samples", "--json",
                         "--out", str(out)],
                        capture_output=True, text=True, env=env, timeout=600)
@@ -129,7 +129,7 @@ def test_tp_pp_results_say_what_produced_them(parity, parity_run):
 
 # ---------------------------------------------------------------- reuse only for the same model
 def test_second_model_into_same_folder_reports_its_own_scores(hf_dir, hf_dir_b, data, tmp_path):
-    flags = ["--tasks", "piqa", "--shots", "0", "--limit", "20", "--data", data, "--json", "--log-samples"]
+    flags = ["--tasks", "piqa", "--shots", "0", "--limit", "20", "--eval-dir", data, "--json", "--log-samples"]
     rc, a = _cli("--hf-model", hf_dir, *flags, "--out", tmp_path / "shared")
     assert rc == 0
     rc, b = _cli("--hf-model", hf_dir_b, *flags, "--out", tmp_path / "shared")
@@ -177,7 +177,7 @@ def test_reuse_only_when_everything_matches(hf_dir, data, tmp_path):
 def test_other_weights_with_equal_size_and_mtime_get_their_own_score(hf_dir, hf_dir_b, data, tmp_path):
     "Weights replaced in place by others of the same size, mtimes kept (`cp -p`): scored again, as the others."
     import shutil
-    flags = ["--tasks", "piqa", "--shots", "0", "--limit", "20", "--data", data, "--json", "--log-samples"]
+    flags = ["--tasks", "piqa", "--shots", "0", "--limit", "20", "--eval-dir", data, "--json", "--log-samples"]
     here = tmp_path / "model"
     shutil.copytree(hf_dir, here)
     rc, a = _cli("--hf-model", here, *flags, "--out", tmp_path / "out")
@@ -294,7 +294,7 @@ def test_hans_bad_header(tmp_path):
     with pytest.raises(CF.EvalError, match="official HANS layout"): TS.load_docs("hans", tmp_path)
 
 def test_tasks_paper_skips_absent_hans(hf_dir, data_without_hans, tmp_path, capsys):
-    rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--data", data_without_hans, "--json",
+    rc, out = _cli("--hf-model", hf_dir, "--shots", "0", "--limit", "1", "--eval-dir", data_without_hans, "--json",
                    "--out", tmp_path)
     assert rc == 0
     assert set(json.loads(out)) == {f"{n}/0shot" for n in TS.TASKS if n != "hans"}
@@ -335,14 +335,14 @@ def test_bad_input(hf_dir, data, data_without_hans, tmp_path, capsys):
     with pytest.raises(CF.EvalError, match="whole numbers"): TS.parse_shots("0,one")
     assert _cli("--hf-model", hf_dir, "--tasks", "squad")[0] == 2
     assert "unknown task 'squad'" in capsys.readouterr().err
-    assert _cli("--hf-model", hf_dir, "--tasks", "piqa", "--data", tmp_path / "nope")[0] == 2
+    assert _cli("--hf-model", hf_dir, "--tasks", "piqa", "--eval-dir", tmp_path / "nope")[0] == 2
     assert "no such folder" in capsys.readouterr().err
-    assert _cli("--hf-model", hf_dir, "--tasks", "paper", "--data", tmp_path / "nope")[0] == 2
+    assert _cli("--hf-model", hf_dir, "--tasks", "paper", "--eval-dir", tmp_path / "nope")[0] == 2
     assert "no such folder" in capsys.readouterr().err
-    assert _cli("--hf-model", hf_dir, "--tasks", "piqa,hans", "--data", data_without_hans, "--out", tmp_path / "o")[0] == 2
+    assert _cli("--hf-model", hf_dir, "--tasks", "piqa,hans", "--eval-dir", data_without_hans, "--out", tmp_path / "o")[0] == 2
     err = capsys.readouterr().err
     assert "task hans" in err and "heuristics_evaluation_set.txt not found" in err and not (tmp_path / "o").exists()
-    assert _cli("--checkpoint", tmp_path / "no_run", "--tasks", "piqa", "--data", data)[0] == 2
+    assert _cli("--checkpoint", tmp_path / "no_run", "--tasks", "piqa", "--eval-dir", data)[0] == 2
     assert "no such run directory" in capsys.readouterr().err and "Traceback" not in capsys.readouterr().err
 
 def test_foreign_tokenizer_is_refused_before_the_model_loads(hf_dir, data, tmp_path, capsys):
@@ -352,7 +352,7 @@ def test_foreign_tokenizer_is_refused_before_the_model_loads(hf_dir, data, tmp_p
     d = tmp_path / "foreign"
     shutil.copytree(hf_dir, d)
     (d / "model.safetensors").write_bytes(b"not weights")             # any load of the weights fails
-    control = ["--hf-model", d, "--tasks", "piqa", "--shots", "0", "--limit", "2", "--data", data, "--out", tmp_path / "o"]
+    control = ["--hf-model", d, "--tasks", "piqa", "--shots", "0", "--limit", "2", "--eval-dir", data, "--out", tmp_path / "o"]
     with pytest.raises(Exception) as e: _cli(*control)                 # the control: GPT-2's BPE, so the load is tried
     assert "not GPT-2's" not in str(e.value)
     with pytest.raises(Exception): G.load_generator(d)
@@ -374,7 +374,7 @@ def test_shots_that_do_not_fit_are_reported(tiny_lm, data, tmp_path):
 
 def test_cli_layout_that_does_not_fit(run_dir, data, capsys):
     "A layout the model cannot take fails with one line naming the fix, before any process starts."
-    assert _cli("--checkpoint", run_dir, "--tasks", "piqa", "--data", data, "--tp", "3")[0] == 2
+    assert _cli("--checkpoint", run_dir, "--tasks", "piqa", "--eval-dir", data, "--tp", "3")[0] == 2
     err = capsys.readouterr().err
     assert "--tp 3 --pp 1" in err and "Traceback" not in err
 
@@ -435,7 +435,7 @@ def test_generate_until_through_mtnlg_generate(hf_dir, tok):
 
 def test_rerun_of_a_run_reuses_its_results(run_dir, data):
     "The default results folder lies inside the checkpoint folder; writing it must not change the fingerprint."
-    flags = ["--checkpoint", run_dir, "--tasks", "piqa", "--shots", "0", "--limit", "5", "--data", data]
+    flags = ["--checkpoint", run_dir, "--tasks", "piqa", "--shots", "0", "--limit", "5", "--eval-dir", data]
     rc, first = _cli(*flags)
     rc2, second = _cli(*flags)
     assert rc == rc2 == 0 and "finished earlier" not in first and "finished earlier" in second

@@ -207,3 +207,44 @@ def test_lm_eval_generative_task_through_the_hook(one):
     got = [s["resps"][0][0] for s in sorted(out["samples"]["toy_generate"], key=lambda s: s["doc_id"])]
     assert got == G.generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in W.PROMPTS])
     assert all(len(gen.tok.tokenize(t)) <= 6 for t in got)
+
+
+# prompts of many lengths, as a study sends them (the bias study's kinds)
+PER_ROW_PROMPTS = [t.format(w) for w in ("nurse", "engineer", "Middle Eastern person", "Buddhists", "He", "woman",
+                                          "receptionist", "Latinx man")
+                   for t in ("The {} was a", "{} are known for", "People would describe the {} as", "{}")]
+
+
+def test_per_row_text_is_the_same_at_any_batch_size_under_load(tmp_path):
+    """`Sampling(per_row=True)`: the same seed and weights give the same text at batch 1 and batch 32 beside two busy
+    processes, because every step then runs one row (the decoder sees batches of one). The control: batched, a step
+    runs 32 rows, and a row's logits in that batch differ from the row's alone (the arithmetic depends on the batch,
+    which per_row takes out; a text difference needs a draw within ~1e-6 of a step and cannot be forced)."""
+    from dataclasses import replace
+    gen = G.load_generator(G.demo_checkpoint(tmp_path / "run"))
+    rows, step = [], gen.dec.step
+    def step_seen(cache, tokens, positions, valid):
+        "The decoder's own step, noting how many rows it ran."
+        rows.append(tokens.shape[0])
+        return step(cache, tokens, positions, valid)
+    gen.dec.step = step_seen
+    s = G.Sampling(max_new_tokens=6, do_sample=True, top_p=0.9, seed=1234, per_row=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        alone = [g.text for g in gen.generate(PER_ROW_PROMPTS, s, batch_size=1)]
+        rows.clear()
+        per_row = [g.text for g in gen.generate(PER_ROW_PROMPTS, s, batch_size=32)]
+        per_row_rows, _ = set(rows), rows.clear()
+        gen.generate(PER_ROW_PROMPTS, replace(s, per_row=False, max_new_tokens=1), batch_size=32)   # one step
+        batched_rows = set(rows)
+    finally:
+        for h in hogs: h.kill()
+    assert per_row == alone and len(set(alone)) > len(alone) // 2
+    assert per_row_rows == {1} and max(batched_rows) == 32
+    ids = [gen.tok.tokenize(p) for p in PER_ROW_PROMPTS[:32]]
+    def first_logits(batch):
+        "The first step's logits of a batch of token-id prompts."
+        r = G._Rows(gen.tok, gen.dec.new_cache, batch, G.Sampling())
+        return step(r.cache, *r.step)
+    gap = (first_logits(ids) - torch.cat([first_logits([x]) for x in ids])).abs().max()
+    assert 0 < gap < 1e-4, gap
