@@ -236,6 +236,9 @@ def _read_warc(path, on_error, skips):
     from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.extractors.base import ExtractorSandbox
     import trafilatura  # noqa: F401  (imported before the sandbox forks)
+    from loguru import logger
+    if os.environ.get("MTNLG_VERBOSE", "0") in ("", "0"):
+        logger.disable("datatrove.pipeline.extractors.base")     # its sandbox logs each exit at INFO
     ex = Trafilatura(favour_precision=True, deduplicate=False, timeout=EXTRACT_TIMEOUT_S)
     try:
         with open(path, "rb") as f, ExtractorSandbox(timeout=ex.timeout) as box:
