@@ -48,6 +48,7 @@ def rects(lo: int, hi: int, cols: int) -> list[tuple[int, int, int, int]]:
             i += k * cols
     return out
 
+# %% ../nbs/04b_checkpoint.ipynb #0eea4221
 def pieces(name: str, shape, lo: int, hi: int, flat: torch.Tensor, cfg: ModelConfig, tp: int, tp_rank: int):
     "[(full offsets, sizes, view)] of flat part [lo, hi) (in `flat`) of this rank's slice `shape` of `name`."
     cols = shape[1] if len(shape) == 2 else 1
@@ -74,6 +75,7 @@ class Pieces:
     def __create_chunk_list__(self):
         return [ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s)) for o, s, _ in self.rects]
 
+# %% ../nbs/04b_checkpoint.ipynb #5cc6a08c
 class _LoadPlanner(DefaultLoadPlanner):
     def __init__(self): super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
     def set_up_planner(self, state_dict, metadata=None, is_coordinator=False):
@@ -90,6 +92,7 @@ def _exact(t: torch.Tensor) -> bool:
     "Whether `torch.save(t)` writes exactly `t`'s values, row-major (not a view into a larger storage)."
     return t.is_contiguous() and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.nbytes
 
+# %% ../nbs/04b_checkpoint.ipynb #0a559c41
 class _Digesting:
     "A file being written, with the sha256 of every byte written through it."
     def __init__(self, f): self.f, self.sha = f, hashlib.sha256()
@@ -98,6 +101,7 @@ class _Digesting:
         return self.f.write(b)
     def flush(self): self.f.flush()
 
+# %% ../nbs/04b_checkpoint.ipynb #68471d92
 def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
     "Write `items` [(key, full size, offsets, tensor or its maker)] into data file `path`: (records, sha256)."
     path, out = Path(path), []
@@ -118,6 +122,7 @@ def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
         os.fsync(raw.fileno())
     return out, f.sha.hexdigest()
 
+# %% ../nbs/04b_checkpoint.ipynb #a2e19af7
 def tiling_fault(size, chunks) -> str | None:
     "Why pieces [(offsets, sizes)] do not tile a tensor of `size` (<= 2-D) exactly: a gap or overlap; None if they do."
     rows, cols = (list(size) + [1, 1])[:2] if size else (1, 1)
@@ -139,6 +144,7 @@ def tiling_fault(size, chunks) -> str | None:
         if at != cols: return f"rows {lo}-{hi}, columns {at}-{cols} missing"
     return None
 
+# %% ../nbs/04b_checkpoint.ipynb #695e2128
 def _metadata(records) -> Metadata:
     "DCP's `Metadata` of `write_pieces` records, unchecked."
     tensors, where = {}, {}
@@ -150,6 +156,7 @@ def _metadata(records) -> Metadata:
     return Metadata(state_dict_metadata=tensors, planner_data={k: (k,) for k in tensors}, storage_data=where,
                     version=CURRENT_DCP_VERSION)
 
+# %% ../nbs/04b_checkpoint.ipynb #c6351c8b
 def dcp_metadata(records) -> Metadata:
     "DCP's `.metadata` of all ranks' `write_pieces` records; `CheckpointError` unless they tile each tensor."
     md = _metadata(records)
@@ -160,12 +167,12 @@ def dcp_metadata(records) -> Metadata:
                                   "hold the model, so it is not completed")
     return md
 
+# %% ../nbs/04b_checkpoint.ipynb #2c6e4eab
 def metadata_bytes(items: list, rank: int) -> int:
     "Bytes rank `rank`'s `save_items` add to a checkpoint's `.metadata` (its pieces' entries, pickled as committed)."
     records = [(k, tuple(size), tuple(off), tuple(t.shape), t.dtype, f"__{rank}_0.distcp", 0,
                 t.numel() * t.element_size()) for k, size, off, t in items]
     return len(pickle.dumps(_metadata(records)))
-
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000035
 class _Range(io.RawIOBase):
@@ -184,6 +191,7 @@ class _Range(io.RawIOBase):
         self.pos += got
         return got
 
+# %% ../nbs/04b_checkpoint.ipynb #440f92c2
 def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     "(first element, count) of each contiguous run of box [offsets, offsets + lengths) of a row-major `shape`."
     k = len(shape)
@@ -194,6 +202,7 @@ def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     return [(sum(i * s for i, s in zip(idx, strides)) + offsets[k - 1] * inner, lengths[k - 1] * inner)
             for idx in itertools.product(*(range(o, o + n) for o, n in zip(offsets[:k - 1], lengths[:k - 1])))]
 
+# %% ../nbs/04b_checkpoint.ipynb #19624bdc
 def _pread_into(fd: int, buf, at: int):
     "Fill `buf` from file offset `at`; `CheckpointError` at a short file."
     done, view = 0, memoryview(buf).cast("B")
@@ -207,6 +216,7 @@ def _row_major(size, stride) -> bool:
     want = [math.prod(size[j + 1:]) for j in range(len(size))]
     return all(s == w for s, w, n in zip(stride, want, size) if n != 1)
 
+# %% ../nbs/04b_checkpoint.ipynb #b90a6e80
 def _stored_layout(fd: int, start: int, length: int):
     "(file offset of its first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length), or None."
     try:
@@ -222,6 +232,7 @@ def _stored_layout(fd: int, start: int, length: int):
     name_len, extra_len = struct.unpack("<HH", os.pread(fd, 30, start + rec.header_offset)[26:30])
     return start + rec.header_offset + 30 + name_len + extra_len + offset * dtype.itemsize, dtype, tuple(size)
 
+# %% ../nbs/04b_checkpoint.ipynb #71c01736
 class CheckpointReader(FileSystemReader):
     "DCP's file reader that reads `.metadata` once and, of each stored piece, only the bytes a load asks for."
     def __init__(self, path):
@@ -279,6 +290,7 @@ def _link_optimizer_state(engine):
     # DeepSpeed links them after stepping the first param group only (mtnlg.patches)
     if _inner_optimizer(engine).state: patches.relink_optimizer_state(engine.optimizer)
 
+# %% ../nbs/04b_checkpoint.ipynb #5afb773f
 def _init_adam_state(engine, adam_step: int):
     "Adam's state for every parameter the optimizer updates, as after `adam_step` steps (zeros to load into)."
     inner = _inner_optimizer(engine)
@@ -288,6 +300,7 @@ def _init_adam_state(engine, adam_step: int):
             inner.state[q] = dict(step=step, exp_avg=torch.zeros_like(q), exp_avg_sq=torch.zeros_like(q))
     _link_optimizer_state(engine)
 
+# %% ../nbs/04b_checkpoint.ipynb #48e48cc9
 def _params(module, saving: bool):
     "(full name, parameter) of the model pieces in `module` this rank writes (`saving`) or reads."
     from megatron.core import parallel_state as ps
@@ -301,6 +314,7 @@ def _params(module, saving: bool):
             if saving and (tied_copy or (tp_rank and split_kind(name) is None)): continue
             yield name, p
 
+# %% ../nbs/04b_checkpoint.ipynb #e90f5589
 def engine_state(engine, cfg: RunConfig, keys, saving: bool) -> dict:
     "{'key/name': Pieces} of this rank's fragments of master weights (`model`) and Adam moments, as views."
     from megatron.core import parallel_state as ps
@@ -350,6 +364,7 @@ def _has_moments(engine, topo) -> bool:
     "Whether every rank's optimizer has Adam state (after its first step)."
     return _all_ranks(bool(_inner_optimizer(engine).state), topo)
 
+# %% ../nbs/04b_checkpoint.ipynb #f0116c2d
 KILL_POINTS = ("data", "metadata", "complete", "latest")
 
 def _inject_kill(point: str, step: int, rank: int):
@@ -367,6 +382,7 @@ def _slow_staging():
     "Fault injection for tests: `MTNLG_INJECT_SLOW_STAGING=S` starts an async save's copy S seconds late."
     time.sleep(float(os.environ.get("MTNLG_INJECT_SLOW_STAGING", "0")))
 
+# %% ../nbs/04b_checkpoint.ipynb #12371070
 _STAGING = weakref.WeakKeyDictionary()          # optimizer -> the event of the copy its next step must wait for
 
 def _guard_optimizer(optimizer):
@@ -380,6 +396,7 @@ def _guard_optimizer(optimizer):
     _STAGING[optimizer] = threading.Event()
     _STAGING[optimizer].set()
 
+# %% ../nbs/04b_checkpoint.ipynb #96942203
 def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
             protect=()):
     "Make folder `d` a checkpoint (one process): `.metadata`, digests, state, config; then `COMPLETE`; then `latest`."
@@ -396,6 +413,7 @@ def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, 
     atomic_write_text(d.parent / "latest", d.name)
     if run is not None: prune_checkpoints(run, cfg.keep_last, protect)
 
+# %% ../nbs/04b_checkpoint.ipynb #15137319
 @dataclasses.dataclass
 class _Save:
     "One save in flight."
@@ -407,6 +425,7 @@ class _Save:
     error: str | None = None                  # why the save failed, the same on every rank
     steps_since: int = 0
 
+# %% ../nbs/04b_checkpoint.ipynb #b5cc6d54
 def save_items(engine, topo, cfg: RunConfig, moments: bool | None = None) -> list[tuple]:
     "This rank's pieces of a save, [(key, full size, offsets, tensor view)] (`moments` None: asked of all ranks)."
     _link_optimizer_state(engine)
@@ -415,12 +434,14 @@ def save_items(engine, topo, cfg: RunConfig, moments: bool | None = None) -> lis
     return [(k, p.size(), off, t) for k, p in engine_state(engine, cfg, keys, saving=True).items()
             for off, _, t in p.rects]
 
+# %% ../nbs/04b_checkpoint.ipynb #86956322
 def _attempt(fn) -> str | None:
     "Run `fn`; None, or what went wrong (sent to the other ranks)."
     try: fn()
     except Exception as e: return f"{type(e).__name__}: {e}"
     return None
 
+# %% ../nbs/04b_checkpoint.ipynb #df8904e6
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
     def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
@@ -523,6 +544,7 @@ class Checkpointer:
                                   "and --resume")
         return job.folder
 
+# %% ../nbs/04b_checkpoint.ipynb #e4f62017
 def save_checkpoint(engine, topo, cfg: RunConfig, run_dir, state: dict, protect=()) -> Path:
     "Write the checkpoint of step `state['step']` now (every rank calls this); returns its folder."
     sync = dataclasses.replace(cfg, async_checkpoint=False)
@@ -538,6 +560,7 @@ def checkpoint_shapes(ck, reader=None) -> dict[str, tuple]:
     md = (reader or FileSystemReader(ck)).read_metadata().state_dict_metadata
     return {k: tuple(v.size) for k, v in md.items() if hasattr(v, "size")}
 
+# %% ../nbs/04b_checkpoint.ipynb #ab16bce3
 def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
     "`ConfigError` unless `ck` holds exactly model `cfg`'s tensors in their shapes; True if it has Adam moments."
     have, shapes = checkpoint_shapes(ck, reader), full_shapes(cfg)
@@ -557,6 +580,7 @@ def check_checkpoint(ck, cfg: ModelConfig, reader=None) -> bool:
                           "written with")
     return all(f"{k}/{n}" in have for k in ADAM_KEYS for n in shapes)
 
+# %% ../nbs/04b_checkpoint.ipynb #f3b29b55
 def same_layout(state: dict, cfg: RunConfig) -> bool:
     "Whether the checkpoint whose train state is `state` was written at `cfg`'s layout (its RNG states apply)."
     old, p = state.get("layout") or {}, cfg.parallel
@@ -614,6 +638,7 @@ def load_weights(module, ck, cfg: ModelConfig):
                 for p, buf in fill: p.copy_(buf)
     return module
 
+# %% ../nbs/04b_checkpoint.ipynb #729bd080
 def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Tensor]:
     "Whole fp32 master tensors `names` of checkpoint `ck` (one process; only these are read)."
     shapes = full_shapes(cfg)

@@ -23,6 +23,7 @@ class CheckpointError(RuntimeError):
 
 def step_tag(step: int) -> str: return f"step{step:08d}"
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #90088444
 def make_folder(d: Path):
     "Create folder `d` and its missing parents so that every new name survives a crash (each parent fsync'd)."
     missing, p = [], Path(d)
@@ -33,6 +34,7 @@ def make_folder(d: Path):
         q.mkdir(exist_ok=True)
         fsync_dir(q.parent)
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #31b88297
 def latest_checkpoint(run_dir) -> Path | None:
     "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest."
     base = Path(run_dir) / "checkpoints"
@@ -74,6 +76,7 @@ def _locked(f: Path) -> bool | None:
     finally: os.close(fd)
     return False
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #4b0d007b
 def alive_by_process(f: Path) -> bool:
     "Without locks: lease `f` is alive if its process exists on this host, or (another host) it is under a day old."
     _, host, pid, _ = f.name.split("@")
@@ -87,6 +90,7 @@ def lease_alive(f: Path) -> bool:
     held = _locked(f)
     return alive_by_process(f) if held is None else held
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #389a2034
 def live_leases(ck) -> list[Path]:
     "The leases readers hold on checkpoint folder `ck`; a dead reader's are removed."
     ck, out = Path(ck), []
@@ -115,6 +119,7 @@ def _drop_lease(lease: Path | None):
     lease.unlink(missing_ok=True)
     os.close(_HELD.pop(str(lease)))
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #0666130e
 def _inject_read_gate():
     "Fault injection for tests: `MTNLG_INJECT_READ_GATE=PATH` makes a reader (lease held) wait for file PATH."
     gate = os.environ.get("MTNLG_INJECT_READ_GATE")
@@ -124,6 +129,7 @@ def _inject_read_gate():
         if Path(gate).exists(): return
         time.sleep(0.1)
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #5eda27b7
 @contextlib.contextmanager
 def reading(ck):
     "Hold a reader's lease on checkpoint folder `ck` inside the block: pruning and saving again leave it alone."
@@ -148,6 +154,7 @@ def _uncomplete(d: Path) -> bool:
         return False
     return True
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #3f44375d
 def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
     "Delete complete checkpoints beyond the newest `keep_last` (0: all kept), except latest, `protect`, leased."
     base = Path(run_dir) / "checkpoints"
@@ -159,6 +166,7 @@ def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
     if gone: fsync_dir(base)
     return gone
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #ebdb0239
 def fresh_step_folder(run_dir, step: int) -> Path:
     "Rank 0 before a save: unfinished folders removed, an earlier save of `step` too (unless read); the empty folder."
     d = Path(run_dir) / "checkpoints" / step_tag(step)
@@ -180,6 +188,7 @@ def checkpoint_view(ck) -> dict:
         view[name] = [f.stat().st_size, file_sha256(f)] if f.is_file() else None
     return view
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #94309a9a
 def agreed_checkpoint(base, pick, topo) -> Path | None:
     "`base/NAME` on every rank, NAME that of rank 0's `pick()` (a collective); `CheckpointError` unless all see it alike."
     if topo.world_size == 1: return pick()

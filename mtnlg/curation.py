@@ -79,6 +79,7 @@ class CurationRun:
         "(bands, rows) of the LSH index: datasketch's optimum for `fuzzy_threshold` and `num_perm`."
         return _lsh_bands(self.fuzzy_threshold, self.num_perm)
 
+# %% ../nbs/05b_curation.ipynb #de3de5d5
 @functools.lru_cache
 def _lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     "datasketch's (bands, rows) optimum: computed once a process (its integrals take ~40 ms, paid by every task)."
@@ -105,6 +106,7 @@ def _units(run: CurationRun) -> list[list]:
             rows.setdefault(i, []).extend([i, str(f), part] for part in parts)
     return [row for i in range(len(run.sources)) for row in rows[i]]
 
+# %% ../nbs/05b_curation.ipynb #1ed9afb1
 def prepare_run(run: CurationRun, quality: QualityClassifier | None = None) -> CurationRun:
     "Check the run and its folder, then write run.json, the work units, the classifier and the eval n-grams."
     names = [s.validate().name for s in run.sources]
@@ -170,6 +172,7 @@ def load_stats(out) -> dict:
         res[step] = agg
     return res
 
+# %% ../nbs/05b_curation.ipynb #af447533
 RULES = {"clean": ["too_short"], "dedup": ["exact_dups", "fuzzy_dups"], "quality": ["low_quality"],
          "decontaminate": ["contaminated", "contam_dropped"],
          "read": ["skipped_non_utf8", "skipped_malformed_json", "skipped_no_text", "skipped_empty",
@@ -191,6 +194,7 @@ def stage_table(out):
         rows.append(row)
     return pd.DataFrame(rows).set_index("step")
 
+# %% ../nbs/05b_curation.ipynb #11f43b7e
 class Report(CurationStep):
     "Write report.json (per source, the columns of `mtnlg.data.curate`'s report, + tokens) and stats.json."
     name = "report"
@@ -233,6 +237,7 @@ def stages(run: CurationRun) -> list[tuple[str, list, int]]:
             ("7_concat", [ConcatSources(run)], min(n, len(run.sources))),
             ("8_report", [Report(run)], 1)]
 
+# %% ../nbs/05b_curation.ipynb #af020ae5
 def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | None = None,
               stop_after: str | None = None) -> dict:
     "Run the stages with datatrove's `LocalPipelineExecutor` (`workers` processes); finished tasks are skipped."
@@ -253,6 +258,7 @@ def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | Non
     finally: logger.enable("datatrove")
     return times
 
+# %% ../nbs/05b_curation.ipynb #8104ee06
 class SlurmStage(SlurmPipelineExecutor):
     "datatrove's Slurm executor without its extra stats-merging job (the report stage sums the stats)."
     def launch_merge_stats(self): pass
@@ -274,6 +280,7 @@ def run_slurm(run: CurationRun, partition: str, time_limit: str = "04:00:00", cp
     if log: log("curate: submitted " + ", ".join(f"{k}={v}" for k, v in ids.items()))
     return ids
 
+# %% ../nbs/05b_curation.ipynb #54c565be
 def curate_run(run: CurationRun, quality: QualityClassifier | None = None, executor: str = "local",
                workers: int = 2, partition: str | None = None, log=print, **slurm) -> dict:
     "Prepare `run` (checks, run.json), execute it locally (returns the report) or on Slurm (returns job ids)."

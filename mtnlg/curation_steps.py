@@ -66,12 +66,14 @@ class CurationStep(PipelineStep):
              "sources": {k: dict(v) for k, v in self.counts.items()}, "held": self.held}
         atomic_write_text(self.root / "stats" / self.name / f"{rank:05d}.json", json.dumps(d))
 
+# %% ../nbs/05f_curation_steps.ipynb #9ac809df
 def _fault(stage: str, rank: int, root: Path):
     "Fault injection for tests: MTNLG_CURATE_STALL='stage:rank' makes that task mark itself and hang."
     if os.environ.get("MTNLG_CURATE_STALL") == f"{stage}:{rank}":
         (root / f"stalled-{stage}-{rank}").touch()
         time.sleep(3600)
 
+# %% ../nbs/05f_curation_steps.ipynb #5dd16526
 def doc_bytes(d: Document) -> int: return len(d.text.encode("utf-8", "surrogatepass"))
 
 def open_files() -> int:
@@ -271,6 +273,7 @@ def _copy_range(src, dst, start: int, n: int, block: int = 1 << 20):
         dst.write(b)
         n -= len(b)
 
+# %% ../nbs/05f_curation_steps.ipynb #ae5aecc9
 def _units_table(prefix):
     "(units table, each unit's first document, first byte) of a part, or None when its shard kept nothing."
     if not Path(f"{prefix}.units.npy").exists(): return None
@@ -279,6 +282,7 @@ def _units_table(prefix):
     starts[1:] = np.cumsum(tab[:, [1, 4]], axis=0)
     return tab, starts[:-1, 0], starts[:-1, 1]
 
+# %% ../nbs/05f_curation_steps.ipynb #ef8cf5c9
 class MergeSources(CurationStep):
     "Copy a contiguous range of units, in blend order, from their parts into one segment per source touched."
     name = "merge"
@@ -330,6 +334,7 @@ class MergeSources(CurationStep):
         writer = stack.enter_context(indexed_writer(p, dtype))
         return s, writer, stack.enter_context(atomic_file(f"{p}.jsonl", "wb")), stack
 
+# %% ../nbs/05f_curation_steps.ipynb #c720f5dc
 def _head(path, n: int) -> bytes:
     "The first `n` bytes of a file."
     with open(path, "rb") as f: return f.read(n)
@@ -340,6 +345,7 @@ def _index_arrays(prefix) -> tuple[np.ndarray, np.ndarray]:
     d = IndexedDataset(str(prefix))
     return np.array(d.sequence_lengths), np.array(d.document_indices)
 
+# %% ../nbs/05f_curation_steps.ipynb #4aec8510
 def _concat_indexed(prefixes: list[Path], out, dtype):
     "Concatenate indexed datasets into `out` (.bin/.idx): megatron's .idx layout, written a segment at a time."
     if not prefixes:
@@ -369,6 +375,7 @@ def _concat_indexed(prefixes: list[Path], out, dtype):
                 at += seqs
         idxp.unlink(missing_ok=True)
 
+# %% ../nbs/05f_curation_steps.ipynb #9afd319d
 class ConcatSources(CurationStep):
     "Concatenate each source's segments, in task order, into curated/<name>.jsonl and indexed/<name>.bin/.idx."
     name = "concat"
@@ -386,4 +393,3 @@ class ConcatSources(CurationStep):
                 self.count(s, segments=len(segs))
         self.save_stats(rank)
         return; yield
-

@@ -85,6 +85,7 @@ def is_hf_folder(p) -> bool:
     return (p.is_dir() and any((p / f).exists()
                                for f in ("dataset_info.json", "state.json", "dataset_dict.json")))
 
+# %% ../nbs/05_data.ipynb #bdf0eef9
 class Skips(collections.Counter):
     "Counts of skipped bad inputs by kind (first location of each in `.first`); `.dropped`: left out by rule."
     def __init__(self): super().__init__(); self.first = {}; self.dropped = collections.Counter()
@@ -103,6 +104,7 @@ def _unreadable(path, e):
     return DataError(f"{path}: cannot read ({type(e).__name__}: {e}); check the file (permissions, a "
                      "complete download, the compression its name says) or leave it out")
 
+# %% ../nbs/05_data.ipynb #f49eacd4
 def _read_jsonl(path, text_key, on_error, skips, pile_set="", part=None):
     "(path:line, text) of a jsonl file, or of its `part` (first byte, end byte, first line number)."
     lo, hi, first = part or (0, None, 1)
@@ -138,6 +140,7 @@ def _read_jsonl(path, text_key, on_error, skips, pile_set="", part=None):
         if type(e).__module__.startswith("zstandard"): raise _unreadable(path, e) from None
         raise
 
+# %% ../nbs/05_data.ipynb #0f4dfef7
 def _read_parquet(path, text_key, part=None):
     "(path[row], text) of a parquet file's `text_key` column, or of its `part` (first, end row group, 1st row)."
     import pyarrow.parquet as pq
@@ -150,6 +153,7 @@ def _read_parquet(path, text_key, part=None):
         for t in b.column(0).to_pylist():
             yield f"{path}[{i}]", t or ""; i += 1
 
+# %% ../nbs/05_data.ipynb #e56da06b
 _BLANK_SEP = re.compile(r"(\n[ \t]*\n)")
 
 def _read_text_file(path, on_error, skips, split="", part=None):
@@ -220,6 +224,7 @@ def _charsets(raw: bytes, content_type: str):
     guess = chardet.detect(raw[:_DETECT_BYTES])["encoding"]   # chardet: right on short Latin pages, where
     if guess: yield guess.lower()                        # charset_normalizer (Trafilatura's) guessed cp775
 
+# %% ../nbs/05_data.ipynb #840e6c19
 def decode_page(raw: bytes, content_type: str = "") -> tuple[str | None, str]:
     "(text, charset) of an HTML page: the first of `_charsets` that decodes it; (None, charsets tried) if none."
     tried = []
@@ -228,6 +233,7 @@ def decode_page(raw: bytes, content_type: str = "") -> tuple[str | None, str]:
         except (LookupError, UnicodeDecodeError): tried.append(cs)
     return None, ", ".join(tried)
 
+# %% ../nbs/05_data.ipynb #2667624d
 EXTRACT_TIMEOUT_S = 5.0     # Trafilatura's time per page (datatrove's default, 1 s, can trip on a loaded host)
 
 def _read_warc(path, on_error, skips):
@@ -419,6 +425,7 @@ def html_to_text(html: str) -> str:
     t = _h.unescape(re.sub(r"<[^>]+>", " ", html))
     return "\n".join(" ".join(l.split()) for l in t.split("\n") if l.strip())
 
+# %% ../nbs/05_data.ipynb #2f2d329d
 class QualityClassifier:
     "Hashing-vectorizer + logistic-regression score of 'high quality' (1) vs 'web' (0) text."
     def __init__(self, n_features: int = 2**18, max_chars: int = 20_000, seed: int = 0):
@@ -448,6 +455,7 @@ class QualityClassifier:
         "Probability of 'high quality' for each text."
         return self.clf.predict_proba(self._x(texts))[:, 1]
 
+# %% ../nbs/05_data.ipynb #a1c156fc
 def pareto_keep(score: float, alpha: float, seed: int, text: str) -> bool:
     "GPT-3's rule `np.random.pareto(alpha) > 1 - score`, the draw seeded by (`seed`, the document's `text`) alone."
     h = int.from_bytes(hashlib.blake2b(f"{seed}\0{text}".encode(), digest_size=8).digest(), "little")
@@ -457,6 +465,7 @@ def pareto_keep_probability(scores, alpha: float) -> np.ndarray:
     "P(keep) of GPT-3's rule for each score: P(Lomax(alpha) > 1 - s) = (2 - s) ** -alpha."
     return (2 - np.asarray(scores, dtype=float)) ** -alpha
 
+# %% ../nbs/05_data.ipynb #a91d42c7
 def quality_filter(docs: Iterable[dict], stats: dict, clf: QualityClassifier, threshold: float = 0.5,
                    pareto_alpha: float | None = None, only: set | None = None,
                    seed: int = 1) -> Iterator[dict]:
@@ -479,6 +488,7 @@ def _write_docs(path: Path, docs: Iterable[dict], st: collections.Counter | None
             f.write(json.dumps({"text": d["text"], "id": d["id"]}, ensure_ascii=False) + "\n")
             if st is not None: st["docs_out"] += 1; st["chars_out"] += len(d["text"])
 
+# %% ../nbs/05_data.ipynb #88bac464
 def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassifier | None = None,
            quality_threshold: float = 0.5, min_chars: int = 200, fuzzy_threshold: float = 0.8,
            on_error: str = "error", cache_dir=None, log=print, quality_pareto_alpha: float | None = None,
@@ -525,6 +535,7 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     return report
 
+# %% ../nbs/05_data.ipynb #13f46ade
 def report_frame(report: dict):
     "The per-source report as a pandas DataFrame."
     import pandas as pd

@@ -144,6 +144,7 @@ def ngram_hits(text: str, ngrams: dict) -> dict[int, np.ndarray]:
         after = j
     return {k: np.array(sorted(v), dtype=np.uint64) for k, v in out.items()}
 
+# %% ../nbs/05e_decontam.ipynb #b4a12de8
 class NgramCounts:
     "How many documents hit each eval n-gram (Megatron's frequency pass): add documents, add other counts, save."
     def __init__(self):
@@ -198,6 +199,7 @@ class NgramCounts:
         for p in paths: out.update(cls.load(p))
         return out
 
+# %% ../nbs/05e_decontam.ipynb #d068fb48
 def below_threshold(ngrams: dict, counts: NgramCounts, key_threshold: int = 10) -> dict[int, np.ndarray]:
     "`ngrams` less those hit in `key_threshold` documents or more (Megatron's get_ngrams_below_threshold)."
     freq = counts.frequent(key_threshold)

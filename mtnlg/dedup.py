@@ -72,6 +72,7 @@ def _band_keys(mh: np.ndarray, lo: int, hi: int) -> np.ndarray:
         for c in range(lo, hi): h = h * HASH_PRIME + mh[:, c]
     return h
 
+# %% ../nbs/05g_dedup.ipynb #b36fe8d6
 def _runs(sort_cols: list[np.ndarray], keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     "(order of the rows by `sort_cols` then key, True where a run of equal `sort_cols` starts in that order)."
     order = np.lexsort([keys] + sort_cols[::-1])
@@ -94,10 +95,12 @@ def _first_of_runs(sort_cols: list[np.ndarray], keys: np.ndarray):
     ks, start = keys[order], np.maximum.accumulate(np.where(first, np.arange(len(keys)), 0))
     return ks[~first], ks[start[~first]]
 
+# %% ../nbs/05g_dedup.ipynb #b4e46e39
 def _shard_of(keys, tasks: int):
     "The stage-1 task (shard) that read each document key: units are dealt round-robin."
     return (keys >> KEY_SHIFT) % tasks
 
+# %% ../nbs/05g_dedup.ipynb #e56a5538
 class _Signatures:
     "MinHash rows and ids of documents by key, read on demand from the shards' signature files (memory-mapped)."
     def __init__(self, sig: Path, tasks: int, max_open: int = 16):
@@ -136,7 +139,6 @@ class _Signatures:
             for k in keys[shard == r]: res[int(k)] = ids[int(np.searchsorted(ks, k))]
         return res
 
-
 # %% ../nbs/05g_dedup.ipynb #74fb5d95
 def _verify(group: np.ndarray, rows: np.ndarray, threshold: float, chunk: int = 1024) -> list[tuple]:
     "Marks (key, 2, partner, equal values) of the members with an earlier member of Jaccard > threshold."
@@ -150,6 +152,7 @@ def _verify(group: np.ndarray, rows: np.ndarray, threshold: float, chunk: int = 
                 break
     return out
 
+# %% ../nbs/05g_dedup.ipynb #9f047088
 _MARK_COLS = 4      # a mark: (document key, rule 1 exact / 2 fuzzy, partner key, equal MinHash values)
 
 def _best_marks(m: np.ndarray) -> np.ndarray:
@@ -168,6 +171,7 @@ def _collapse(tab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keep = order[first]
     return tab[keep, 0], tab[keep, -1].astype(np.int64)
 
+# %% ../nbs/05g_dedup.ipynb #e3aa864d
 # Kept instead of datatrove's MinhashDedupBuckets (0.10.1), which takes any band collision as a duplicate
 # without checking the estimated Jaccard > threshold: here every candidate pair is verified.
 class DedupBuckets(CurationStep):
@@ -234,7 +238,6 @@ class DedupBuckets(CurationStep):
             b = np.searchsorted(t[:, 0], np.uint64(hi), "left") if hi < (1 << 64) else len(t)
             tabs.append(np.array(t[a:b]))
         return np.concatenate(tabs) if tabs else np.zeros((0, cols), np.uint64)
-
 
 # %% ../nbs/05g_dedup.ipynb #f6eb343f
 class DedupCluster(CurationStep):

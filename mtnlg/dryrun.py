@@ -15,6 +15,7 @@ __all__ = ['CATEGORIES', 'PHASES', 'dry_run', 'default_ranks', 'with_micro_batch
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
 PHASES = {"ForwardPass": "activations", "BackwardPass": "temporaries", "OptimizerStep": "temporaries"}
 
+# %% ../nbs/01b_dryrun.ipynb #f5a571e2
 @functools.cache
 def _modes():
     "The dispatch modes of a dry run (made at first use: importing this module does not import torch)."
@@ -104,6 +105,7 @@ def _modes():
 
     return Memory, Comms, Scalars
 
+# %% ../nbs/01b_dryrun.ipynb #934bd821
 def _tensors(x):
     "The tensors in `x`: a tensor, or lists and tuples of them (an operation's arguments or outputs)."
     import torch

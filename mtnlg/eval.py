@@ -133,6 +133,7 @@ class TokenScorer:
             for r, i in enumerate(idx): out[i] = seqs[r][len(contexts[i]):]
         return out
 
+# %% ../nbs/07_eval.ipynb #78045b8f
 def _long(x):
     return torch.tensor(x, dtype=torch.long)
 
@@ -276,6 +277,7 @@ def _replica_round(scorer, n: int, tokens, labels, sizes) -> list | None:
     return [(lps[i % topo.dp][i // topo.dp, :b, :s], greedys[i % topo.dp][i // topo.dp, :b, :s])
             for i, (b, s) in enumerate(shapes)]
 
+# %% ../nbs/07_eval.ipynb #85f493b4
 def lead_forwards(scorer):
     "On rank 0: each round of up to dp batches goes to every rank, a batch per replica; results come back."
     def forward_many(batches):
@@ -294,6 +296,7 @@ def lead_forwards(scorer):
     scorer.leads = True
     return scorer
 
+# %% ../nbs/07_eval.ipynb #15a79ff2
 def stop_followers(scorer):
     "Tell the ranks in `follow_forwards` that evaluation is over."
     dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
@@ -379,6 +382,7 @@ def _quiet_lm_eval():
     for n in ("lm-eval", "lm_eval", "lm_eval.api.task", "lm_eval.evaluator"):
         logging.getLogger(n).setLevel(logging.ERROR)
 
+# %% ../nbs/07_eval.ipynb #f6d4f066
 def per_token_accuracy(samples: list[dict], lm) -> float | None:
     "Accuracy with each answer's log p divided by its tokens (GPT-3's normalisation); None if not multiple choice."
     right = []
@@ -390,6 +394,7 @@ def per_token_accuracy(samples: list[dict], lm) -> float | None:
         right.append(max(range(n), key=per_token.__getitem__) == s["target"])
     return sum(right) / len(right) if right else None
 
+# %% ../nbs/07_eval.ipynb #7064078b
 def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
     "Prompts longer than the window: lm-eval keeps their end, so their first shots (or more) are dropped."
     # task: the lm-eval task, to tell the shots from the document's own text
@@ -413,6 +418,7 @@ def window_report(samples: list[dict], lm, k: int = 0, task=None) -> dict:
             "shots_dropped_mean": round(sum(dropped) / len(dropped), 3) if dropped else 0.0,
             "docs_with_own_text_cut": query_cut}
 
+# %% ../nbs/07_eval.ipynb #4d4a464e
 def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, seed: int = 1234,
                   keep_loglikelihoods: bool = False) -> dict:
     "Scores of lm-eval `LM` `lm` on paper task `name` at `k` shots (first `limit` documents) through lm-eval."

@@ -165,11 +165,13 @@ def hf_tensors(hf_dir):
         return (w.t() if t else w).contiguous()
     return cfg, tensor
 
+# %% ../nbs/08_export.ipynb #b9afedd3
 def load_hf(hf_dir) -> tuple[ModelConfig, dict]:
     "(ModelConfig, dict of all full tensors) of a GPT-2 folder: for small models and tests."
     cfg, tensor = hf_tensors(hf_dir)
     return cfg, {p: tensor(p) for p, _, _ in name_map(cfg)}
 
+# %% ../nbs/08_export.ipynb #2df5eec8
 def import_hf(hf_dir, run_dir) -> Path:
     "A new run folder holding a weights-only checkpoint of an HF GPT-2 folder; returns the checkpoint folder."
     run = Path(run_dir)

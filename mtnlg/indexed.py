@@ -38,6 +38,7 @@ def _batches(it, n):
             b = []
     if b: yield b
 
+# %% ../nbs/05c_indexed.ipynb #af5b1f4d
 @contextlib.contextmanager
 def _encoder(spec: str, workers: int):
     "A function from batches of texts to their token ids, in order: here, or on `workers` forked processes."
@@ -60,6 +61,7 @@ def _encoder(spec: str, workers: int):
     try: yield encode
     finally: pool.shutdown(cancel_futures=True)        # running batches finish; a dead worker breaks the pool
 
+# %% ../nbs/05c_indexed.ipynb #003942ac
 def indexed_paths(prefix) -> tuple[Path, Path]:
     "(`prefix.bin`, `prefix.idx`)."
     return Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
@@ -68,6 +70,7 @@ def token_dtype(vocab_size: int):
     "The smallest token dtype megatron-core reads for a vocabulary of `vocab_size`."
     return np.uint16 if vocab_size < 65_500 else np.int32
 
+# %% ../nbs/05c_indexed.ipynb #20c7656b
 @contextlib.contextmanager
 def indexed_writer(prefix, dtype):
     "A megatron-core `IndexedDatasetBuilder` whose `.bin`/`.idx` pair appears at `prefix` when the block ends."
@@ -79,6 +82,7 @@ def indexed_writer(prefix, dtype):
         builder.finalize(str(tmp_idx))
         idxp.unlink(missing_ok=True)          # no moment where an old .idx describes the new .bin
 
+# %% ../nbs/05c_indexed.ipynb #796d4394
 def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: int = 2, batch_docs: int = 32,
                         text_key: str = "text", append_eod: bool = True, on_error: str = "error",
                         log=print) -> dict:
@@ -103,6 +107,7 @@ def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: in
     if log: log(f"tokenize -> {out_prefix}: {ndocs} docs, {ntok:,} tokens, {res['tokens_per_s']:,} tokens/s")
     return res
 
+# %% ../nbs/05c_indexed.ipynb #db9b4da3
 def indexed_stats(prefix) -> dict:
     "Documents, tokens and dtype of an indexed dataset."
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -136,6 +141,7 @@ def paper_blend() -> list[BlendEntry]:
     "The MT-NLG 15-dataset blend (weights and token counts of Table 1, no paths)."
     return [BlendEntry(n, None, w, t * 1e9) for n, w, t, _ in PAPER_BLEND]
 
+# %% ../nbs/05c_indexed.ipynb #572d62be
 def save_blend(entries: list[BlendEntry], path, split: str | None = None):
     "Write a blend spec (JSON, or YAML by suffix) atomically."
     d = {"datasets": [dataclasses.asdict(e) for e in entries]} | ({"split": split} if split else {})
@@ -175,6 +181,7 @@ def load_blend(path, check_files: bool = True) -> list[BlendEntry]:
     if len(set(names)) != len(names): raise DataError(f"blend spec {p}: duplicate dataset names {names}")
     return out
 
+# %% ../nbs/05c_indexed.ipynb #ad897191
 def blend_table(entries: list[BlendEntry], budget: float = 270e9):
     "DataFrame of the blend: normalized weight, tokens, tokens drawn for `budget`, and epochs of each source."
     import pandas as pd
@@ -267,6 +274,7 @@ def ensure_helpers(cache_dir=None):
     sys.modules["megatron.core.datasets.helpers_cpp"] = mod
     return mod
 
+# %% ../nbs/05c_indexed.ipynb #b0f3b885
 def _gpt_config(data_cfg, seq_length, seed, blend, cache, tokenizer, create_attention_mask):
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
     return GPTDatasetConfig(random_seed=seed, sequence_length=seq_length, blend=blend, split=data_cfg.split,
@@ -291,6 +299,7 @@ def _effective_split(prefixes, split: str, sizes) -> str:
                                 f"data.split, or 0 {name} samples")
     return ",".join(f"{x:g}" for x in w)
 
+# %% ../nbs/05c_indexed.ipynb #7e53ae82
 def _no_mock_cache_note(record) -> bool: return "because path_to_cache is None" not in record.getMessage()
 
 def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int], seed: int | None = None,

@@ -43,6 +43,7 @@ def mp_config(cfg: ModelConfig):
 def _device():
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
+# %% ../nbs/03_model.ipynb #b5f07297
 def _linear(layer, x, bias_in_gemm: bool = False):
     "The output of megatron-core linear `layer` on `x`; with `bias_in_gemm` (tp=1 only) `F.linear`: one addmm."
     if bias_in_gemm: return F.linear(x, layer.weight, layer.bias)
@@ -130,6 +131,7 @@ class Attention(nn.Module):
         B, _, S, _ = o.shape
         return _linear(self.proj, o.transpose(1, 2).reshape(B, S, self.heads * self.head_dim), self.bias_in_gemm)
 
+# %% ../nbs/03_model.ipynb #408d36a6
 _attend_uncompiled = torch.compiler.disable(Attention.attend)   # compile_once: dynamo breaks its graph here
 
 def _packing_kernel(q, packed: bool):
@@ -138,6 +140,7 @@ def _packing_kernel(q, packed: bool):
     from torch.nn.attention import sdpa_kernel, SDPBackend
     return sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION)
 
+# %% ../nbs/03_model.ipynb #031112fa
 def _packed_base(grads, shape):
     "The one [B, S, 3, heads, hd] buffer whose slices `grads` (each [B, S, heads, hd]) are, if they are; else None."
     g0 = grads[0]
@@ -149,6 +152,7 @@ def _packed_base(grads, shape):
             return None
     return g0.as_strided(shape, stride, g0.storage_offset())
 
+# %% ../nbs/03_model.ipynb #ac0be1d5
 class QKVHeads(torch.autograd.Function):
     "q, k, v [B, heads, S, hd]: views of the projection's output; gradients back in its layout, packed ones uncopied."
     @staticmethod
@@ -167,6 +171,7 @@ class QKVHeads(torch.autograd.Function):
         packed = base if base is not None else torch.stack(per_head, 2)   # no copy when packed already
         return packed.view(B, S, 3 * heads * hd), None
 
+# %% ../nbs/03_model.ipynb #9b86c22b
 class MLP(nn.Module):
     "GELU MLP, ffn_hidden_size wide (4h); each TP rank owns ffn/tp units."
     def __init__(self, cfg: ModelConfig, parallel: ParallelConfig | None = None):
@@ -211,10 +216,12 @@ class Block(nn.Module):
         x = self.dropout_add(x, self.attn.project(o), self.drop.p, self.training)
         return self.dropout_add(x, self.mlp(self.ln2(x)), self.drop.p, self.training)
 
+# %% ../nbs/03_model.ipynb #b587b0cc
 def _dropout_add(x, y, p: float, training: bool):
     "The residual add after a dropout: x + dropout(y) (compiled by `fused_dropout_add`: one kernel)."
     return x + F.dropout(y, p, training)
 
+# %% ../nbs/03_model.ipynb #6ea2ebec
 class FinalNorm(nn.Module):
     "The LayerNorm after the last block."
     full_prefix = "final_norm"
@@ -224,6 +231,7 @@ class FinalNorm(nn.Module):
         self.ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layernorm_eps, device=_device())
     def forward(self, x): return self.ln(x)
 
+# %% ../nbs/03_model.ipynb #f2e78435
 class Head(nn.Module):
     "Untied output layer (only when `tie_embeddings` is off): vocab-parallel logits."
     full_prefix = "head"
@@ -238,6 +246,7 @@ class Head(nn.Module):
         logits, _ = self.out(x)
         return logits
 
+# %% ../nbs/03_model.ipynb #fd99a0aa
 def tied_logits(embedding: Embedding, x):
     "Vocab-parallel logits [B, S, Vp/tp] from the (tied) input embedding matrix."
     from megatron.core import tensor_parallel as tpl
@@ -254,6 +263,7 @@ def _masked(logits, vocab_size):
     pad = torch.arange(start, start + n, device=logits.device) >= vocab_size
     return logits.masked_fill(pad, float("-inf"))
 
+# %% ../nbs/03_model.ipynb #640000ec
 CE_BLOCK = 2 ** 24   # logits per fp32 block (64 MB): rows per block = CE_BLOCK // (V/tp)
 
 def _tp_all_reduce(t, op):
@@ -262,6 +272,7 @@ def _tp_all_reduce(t, op):
         torch.distributed.all_reduce(t, op=op, group=ps.get_tensor_model_parallel_group())
     return t
 
+# %% ../nbs/03_model.ipynb #c3df9dae
 class VocabParallelCrossEntropy(torch.autograd.Function):
     "Per-token cross entropy [N] of vocab-parallel logits [N, V/tp] (any dtype), in fp32 blocks of rows."
     @staticmethod
@@ -306,11 +317,13 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
             o.scatter_(1, j, torch.where(mine[i:i + rows, None], lab[i:i + rows], o.gather(1, j)))
         return out, None, None
 
+# %% ../nbs/03_model.ipynb #d17b0783
 def lm_loss(logits, labels, vocab_size: int, one_pass: bool = False):
     "Mean next-token cross entropy from vocab-parallel logits [B, S, Vp/tp] and labels [B, S]."
     ce = OnePassCrossEntropy if one_pass else VocabParallelCrossEntropy          # one_pass: below
     return ce.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), vocab_size).mean()
 
+# %% ../nbs/03_model.ipynb #d6725ef7
 def token_logprobs(logits, labels, vocab_size: int):
     "(log p(label) [B, S], greedy token [B, S]) from vocab-parallel logits, identical on all TP ranks."
     from megatron.core import tensor_parallel as tpl, parallel_state as ps
@@ -344,11 +357,13 @@ def _ce_grad(x, lse, idx, mine, grad, valid: int):
 
 _COMPILED: dict = {}
 
+# %% ../nbs/03_model.ipynb #1534fe0b
 def _one_kernel(fn):
     "`fn` compiled once per process for fixed shapes (inductor: one fused kernel reading the logits once)."
     if fn not in _COMPILED: _COMPILED[fn] = torch.compile(fn, dynamic=False, fullgraph=True)
     return _COMPILED[fn]
 
+# %% ../nbs/03_model.ipynb #a93993d7
 class OnePassCrossEntropy(torch.autograd.Function):
     "`VocabParallelCrossEntropy` in one compiled pass over the logits each way; only the logits are kept."
     @staticmethod
@@ -430,11 +445,13 @@ def full_shapes(cfg: ModelConfig) -> dict[str, tuple]:
 
 INIT_TILE_COLS, INIT_TILE_NUMEL = 4096, 2 ** 16    # init tiles: at most 4096 columns, about 64K values
 
+# %% ../nbs/03_model.ipynb #a6c16f31
 def _tiles(n_rows: int, n_cols: int) -> tuple[int, int]:
     "(rows, columns) of one init tile of a [n_rows, n_cols] weight."
     cols = min(n_cols, INIT_TILE_COLS)
     return max(1, INIT_TILE_NUMEL // cols), cols
 
+# %% ../nbs/03_model.ipynb #3b7151d3
 def init_block(name: str, cfg: ModelConfig, seed: int, rows: tuple[int, int], cols: tuple[int, int] = (0, 0)):
     "Rows [r0, r1) x columns [c0, c1) of the full tensor `name`'s init (1-D tensors: rows only); fp32."
     shape = full_shapes(cfg)[name]
@@ -456,6 +473,7 @@ def init_block(name: str, cfg: ModelConfig, seed: int, rows: tuple[int, int], co
             out[a - r0:b - r0, c - c0:d - c0] = tile[a - i * tr:b - i * tr, c - j * tc:d - j * tc]
     return out
 
+# %% ../nbs/03_model.ipynb #95e97af1
 class FullInit(Mapping):
     "The seeded init of the full model as a lazy mapping name -> fp32 tensor, each drawn on access."
     def __init__(self, cfg: ModelConfig, seed: int):
@@ -478,6 +496,7 @@ def split_kind(name):
         if name.endswith(end): return kind
     return None
 
+# %% ../nbs/03_model.ipynb #d3dcd778
 def shard(name: str, full: torch.Tensor, cfg: ModelConfig, tp: int, tp_rank: int) -> torch.Tensor:
     "This TP rank's slice of the full tensor `name`."
     kind = split_kind(name)
@@ -499,6 +518,7 @@ def unshard(name: str, parts: list[torch.Tensor], cfg: ModelConfig) -> torch.Ten
         return torch.cat([p.view(3, -1, *p.shape[1:]) for p in parts], 1).reshape(-1, *parts[0].shape[1:])
     return torch.cat(parts, kind)
 
+# %% ../nbs/03_model.ipynb #ccc4aa1d
 def tp_row_runs(name: str, local_shape, cfg: ModelConfig, tp: int, tp_rank: int):
     "([(local row, full row, rows)], first full column) placing this TP rank's slice of `name` in the full tensor."
     rows, cols = local_shape[0], (local_shape[1] if len(local_shape) == 2 else 1)
@@ -511,6 +531,7 @@ def tp_row_runs(name: str, local_shape, cfg: ModelConfig, tp: int, tp_rank: int)
     n = rows if kind == 0 else max(0, min(rows, cfg.vocab_size - tp_rank * rows))   # vocab: padding rows dropped
     return ([(0, tp_rank * rows, n)] if n else []), 0
 
+# %% ../nbs/03_model.ipynb #d1ec3d54
 def full_named_parameters(module: nn.Module):
     "(full-state name, parameter) for every parameter of the model pieces inside `module` (GPT or pipeline)."
     for m in module.modules():

@@ -26,6 +26,7 @@ class LMLoss:
         if self.per_token: return token_logprobs(logits, labels, self.vocab_size)
         return lm_loss(logits, labels, self.vocab_size, self.one_pass)
 
+# %% ../nbs/04_pipeline.ipynb #f30b3342
 def _ckpt(fn, *args):
     from megatron.core import tensor_parallel
     return tensor_parallel.checkpoint(fn, False, *args)
@@ -34,6 +35,7 @@ def _quiet_stdout():
     "DeepSpeed's start-up prints dropped unless verbose."
     return contextlib.nullcontext() if is_verbose() else contextlib.redirect_stdout(io.StringIO())
 
+# %% ../nbs/04_pipeline.ipynb #47761036
 def build_pipeline(cfg: RunConfig, topo: Topology):
     "The decoder as a DeepSpeed PipelineModule for this rank's stage (parameters uninitialized: init or load them)."
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
@@ -83,6 +85,7 @@ def deepspeed_config(cfg: RunConfig, grad_accum: int | None = None) -> dict:
     if bf16: d["communication_data_type"] = p.grad_reduce_dtype     # DeepSpeed's default in bf16 runs: bf16
     return d
 
+# %% ../nbs/04_pipeline.ipynb #4782fb6e
 def param_groups(module, weight_decay: float):
     "AdamW parameter groups: decay for matrices (weights, embeddings), none for biases and LayerNorms."
     decay, no_decay = [], []
@@ -107,6 +110,7 @@ def global_grad_norm(module, topo: Topology) -> torch.Tensor:
     if topo.tp * topo.pp > 1: dist.all_reduce(sq, group=topo.model_parallel_group)
     return sq.sqrt()
 
+# %% ../nbs/04_pipeline.ipynb #c87678bb
 def build_engine(cfg: RunConfig, topo: Topology, module, grad_accum: int | None = None, lr_scheduler=None):
     "deepspeed.initialize the pipeline `module` for `cfg`; the engine reports the true global gradient norm."
     import deepspeed

@@ -87,6 +87,7 @@ def normalisation(task: str, metric: str) -> str:
     "How metric `metric` of task `task` compares answers of different lengths, in words for the table."
     return GREEDY.get(task) or NORMALISATION.get(metric, metric)
 
+# %% ../nbs/07b_results.ipynb #311aa32a
 PAPER_COLUMNS = {"zero": "paper 0-shot", "one": "paper 1-shot", "few": "paper few-shot"}
 
 def paper_score(task: str, metric: str, word: str) -> float:
@@ -95,6 +96,7 @@ def paper_score(task: str, metric: str, word: str) -> float:
     cell = t.paper.get(word) if t is not None and metric == t.headline else None
     return float("nan") if cell is None else float(cell["accuracy"])
 
+# %% ../nbs/07b_results.ipynb #a7988f7f
 def shot_pools(results: list[dict]) -> dict:
     "{task: where its shots came from} (the training split, or the evaluated one without the document)."
     pools = {}
@@ -103,6 +105,7 @@ def shot_pools(results: list[dict]) -> dict:
         pools.setdefault(r["task"], pool)
     return pools
 
+# %% ../nbs/07b_results.ipynb #304e939a
 def results_table(results: list[dict], paper: bool = True):
     "Paper-style table: a row per task, a column per shot count (headline accuracy, %), the paper's own beside."
     import pandas as pd
@@ -118,6 +121,7 @@ def results_table(results: list[dict], paper: bool = True):
         t[column] = [paper_score(task, metric, word) for task, metric, *_ in t.index]
     return t
 
+# %% ../nbs/07b_results.ipynb #53e51e55
 def paper_sources(tasks) -> str:
     "Markdown lines naming who quotes each paper score of `tasks` (the table's `paper` columns)."
     lines = [f"- {n} {w}-shot (ours at k={TASKS[n].shots[w]}): {c['accuracy']}, {c['source']}"
@@ -135,6 +139,7 @@ def markdown_table(df) -> str:
         lines.append(f"| {task} | {metric} | {norm} | {pool} | {cells} |")
     return "\n".join(lines) + "\n"
 
+# %% ../nbs/07b_results.ipynb #151d6953
 def plot_results(results: list[dict], path=None):
     "Seaborn plot of accuracy against shots, one line per task (saved atomically to `path` when given)."
     import pandas as pd, seaborn as sns
@@ -154,6 +159,7 @@ def plot_results(results: list[dict], path=None):
         with atomic_path(path) as tmp: fig.savefig(tmp, dpi=120)
     return fig
 
+# %% ../nbs/07b_results.ipynb #f21ae44f
 def write_report(results: list[dict], out_dir):
     "`results.json`, `results.md` and `accuracy_vs_shots.png` in `out_dir`: the finished pairs of this model."
     d = Path(out_dir)
@@ -171,4 +177,3 @@ def write_report(results: list[dict], out_dir):
     atomic_write_text(d / "results.md", table + "\n" + paper_sources(r["task"] for r in rows))
     plot_results(rows, d / "accuracy_vs_shots.png")
     return rows
-

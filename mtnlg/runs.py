@@ -98,6 +98,7 @@ def checkpoint_identity(ck, run_dir=None) -> dict:
     if fingerprint is None: out["unidentified"] = f"no {DIGESTS} (an older or foreign checkpoint): scores not reused"
     return out
 
+# %% ../nbs/06a_runs.ipynb #db45ceca
 def hf_identity(hf_dir) -> dict:
     "An HF folder, fingerprinted by the sha256 of every file in it (weights, config, tokenizer)."
     d = Path(hf_dir).resolve()
@@ -106,6 +107,7 @@ def hf_identity(hf_dir) -> dict:
         h.update(f"{f.name}:{file_sha256(f)}".encode())
     return {"checkpoint": str(d), "step": None, "fingerprint": h.hexdigest()}
 
+# %% ../nbs/06a_runs.ipynb #f3b1f16a
 def tokenizer_identity(tok) -> dict:
     "Which tokenizer: its spec and vocabulary size (a sentencepiece model also by its sha256)."
     spec = str(getattr(tok, "spec", type(tok).__name__))
@@ -113,6 +115,7 @@ def tokenizer_identity(tok) -> dict:
     if spec.endswith(".model") and Path(spec).is_file(): out["sha256"] = file_sha256(spec)
     return out
 
+# %% ../nbs/06a_runs.ipynb #77dabff0
 def run_tokenizer(run_dir):
     "The tokenizer a run trained with (`cfg.data.tokenizer` of its config.json; GPT-2 BPE when absent)."
     run = Path(run_dir)
@@ -123,6 +126,7 @@ def run_tokenizer(run_dir):
         spec = str(p.parent / spec)
     return get_tokenizer(spec)
 
+# %% ../nbs/06a_runs.ipynb #b0feed79
 def _bpe_of(d: Path) -> tuple[dict, list] | None:
     "(vocabulary, merges) of the BPE files in HF folder `d` (vocab.json + merges.txt, or tokenizer.json)."
     if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
@@ -149,4 +153,3 @@ def hf_tokenizer(hf_dir):
         raise EvalError(f"HF folder {d}: its BPE tokenizer is not GPT-2's (vocabulary or merges differ); mtnlg "
                         "scores with GPT-2 BPE or a sentencepiece tokenizer.model, so its scores would be wrong")
     return get_tokenizer("gpt2")
-

