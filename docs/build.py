@@ -219,6 +219,7 @@ def refresh_command(stem: str) -> str:
 def _mtnlg_imports(src: str) -> set[str]:
     "Modules of mtnlg that Python source `src` imports (at any depth, deferred imports too)."
     import ast
+    src = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!")))     # IPython's magics
     try: tree = ast.parse(src)
     except SyntaxError: return set()
     out = set()
@@ -271,6 +272,7 @@ def _norm(text: str) -> str:
     text = local_paths(text)
     text = re.sub(r"\b20\d\d-?\d\d-?\d\d[-_T ]?\d\d:?\d\d:?\d\d\b", "<date>", text)       # run folders' names
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)   # the machine's (02_topology)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
     text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)
     text = re.sub(r"(['\"]\w*(seconds|_s|_per_s|tok_s)['\"]:\s*)[-\d.e+]+", r"\1?", text)   # timing fields of dicts

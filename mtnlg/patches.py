@@ -62,19 +62,23 @@ def _resolve(spec: str):
 
 def _base_version(v: str) -> str: return v.split("+")[0]
 
-# Notices at import that a user cannot act on (`mtnlg.topology.quiet_megatron` hides these and more for a run):
+# Notices a user cannot act on (`mtnlg.topology.quiet_megatron` hides these and more for a run): at import,
 # megatron-core without Transformer Engine or Apex (it falls back to torch's kernels, as wanted on CPU), torch's
-# extension builder finding a CUDA toolkit without a GPU, DeepSpeed choosing its CPU accelerator
+# extension builder finding a CUDA toolkit without a GPU, DeepSpeed choosing its CPU accelerator; lm-eval's notes
+# while it builds a task (the defaults it chose, where `--metadata` goes)
 IMPORT_NOTICES = ["Transformer Engine and Apex are not installed"]
-IMPORT_LOGGERS = ["torch.utils.cpp_extension"]
+IMPORT_LOGGERS = ["torch.utils.cpp_extension", "lm_eval.api.task"]
 
-def quiet_imports():
-    "From here on, hide the import notices above (unless $MTNLG_VERBOSE asks for every notice)."
+def quiet_imports(accelerator: bool = True):
+    "From here on, hide the notices above unless $MTNLG_VERBOSE asks for every one (`accelerator`: imports torch)."
     if os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0"): return
     for m in IMPORT_NOTICES: warnings.filterwarnings("ignore", message=m, category=UserWarning)
     for name in IMPORT_LOGGERS: logging.getLogger(name).setLevel(logging.ERROR)
+    if not accelerator: return
     import torch
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available(): os.environ["DS_ACCELERATOR"] = "cpu"
+
+quiet_imports(accelerator=False)          # at import (no library imported): whatever imports megatron-core next
 
 def check_patches() -> list[str]:
     "Problems with the private internals used here: a library at another version than checked, or a name gone."

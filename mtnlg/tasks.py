@@ -4,7 +4,7 @@
 
 # %% ../nbs/07a_tasks.ipynb #e2ef6d86
 from __future__ import annotations
-import ast, contextlib, csv, dataclasses, functools, gzip, hashlib, importlib.util, json, logging, os
+import ast, contextlib, csv, dataclasses, functools, gzip, hashlib, importlib.util, json, os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -575,14 +575,9 @@ def train_split(name: str, docs: dict, evaluated: str | None) -> str | None:
         if s and s != evaluated and s in docs: return s
     return None
 
-def _lm_eval_notes_quiet():
-    "lm-eval's notes while it builds a task (defaults it chose, where `--metadata` goes) only when verbose."
-    if os.environ.get("MTNLG_VERBOSE", "0") in ("", "0"):
-        for n in ("lm_eval", "lm_eval.api.task"): logging.getLogger(n).setLevel(logging.ERROR)
-
 def lm_eval_task(cfg: dict):
     "The lm-eval task of config `cfg`: its protocol's class (`class`), else lm-eval's `ConfigurableTask`."
-    _lm_eval_notes_quiet()
+    patches.quiet_imports()                                            # and lm-eval's notes as it builds one
     from lm_eval.api.task import ConfigurableTask
     return cfg.get("class", ConfigurableTask)(config=cfg)
 
@@ -670,7 +665,7 @@ def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
 def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:
     "(documents, documents whose `k` shots show what they show) of task config `cfg`, drawn as lm-eval's prompts."
     from lm_eval.tasks import TaskManager
-    _lm_eval_notes_quiet()
+    patches.quiet_imports()
     task = TaskManager(include_defaults=False).load([{**cfg, "num_fewshot": k}])["tasks"][cfg["task"]]
     task.set_fewshot_seed(seed=seed)
     shown = shot_task_class().shown.__get__(task)                  # lm-eval's own class too: what it shows
