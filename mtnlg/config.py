@@ -148,6 +148,7 @@ class OptimConfig:
                  f"{self.rampup_batch_start} exceeds global_batch {self.global_batch}")
         return self
 
+# %% ../nbs/00_config.ipynb #cd4f9e93
 @dataclass
 class DataConfig:
     "Where training tokens come from: 'mock' (megatron-core's mock dataset), an indexed-dataset prefix, or a blend file."
@@ -265,6 +266,7 @@ def field_paths():
         else: out[f.name] = get_type_hints(RunConfig)[f.name]
     return out
 
+# %% ../nbs/00_config.ipynb #b94496e9
 def resolve_key(key):
     "The dotted path for `key` (dotted path, alias or unique bare field name)."
     key = key.replace("-", "_")
@@ -294,6 +296,7 @@ def _convert(value, typ, path):
     if typ is str: return str(value)
     raise ConfigError(f"{path}: want {typ.__name__}, got {value!r}")
 
+# %% ../nbs/00_config.ipynb #7c85c7fa
 def overrides_to_dict(overrides: dict) -> dict:
     "Nested, typed dict from flat `overrides` ({key: value}); keys as in `resolve_key`."
     paths, out = field_paths(), {}
@@ -326,6 +329,7 @@ def from_dict(d: dict) -> RunConfig:
     kw.update({k: _convert(v, hints[k], k) for k, v in d.items()})
     return RunConfig(**kw)
 
+# %% ../nbs/00_config.ipynb #b6b7df5e
 def read_config_file(path) -> dict:
     "Nested dict from a YAML or JSON file; a malformed one is one `ConfigError` naming file, line and column."
     p = Path(path)
@@ -368,6 +372,7 @@ def load_config(preset: str | None = "tiny", path=None, overrides: dict | None =
     cfg = from_dict(_merge(d, overrides_to_dict(overrides)))
     return cfg.validate() if validate else cfg
 
+# %% ../nbs/00_config.ipynb #7b3a5a57
 def save_config(cfg: RunConfig, path):
     "Write `cfg` as JSON or YAML (by suffix), atomically."
     if Path(path).suffix in (".yaml", ".yml"):
@@ -398,6 +403,7 @@ def _fsync_file(path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+# %% ../nbs/00_config.ipynb #d5384bb8
 @contextlib.contextmanager
 def atomic_path(path):
     "A temporary path beside `path` to write (a file or a folder); on success made durable and renamed over it."
@@ -414,6 +420,7 @@ def atomic_path(path):
         if tmp.is_dir(): shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists(): tmp.unlink()
 
+# %% ../nbs/00_config.ipynb #5bda8156
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w", **open_kw):
     "An open file that becomes `path` when the block ends without error (`atomic_path`)."

@@ -106,6 +106,7 @@ class ReadSources(CurationStep):
             skips.clear(); skips.dropped.clear()
         self.save_stats(rank)
 
+# %% ../nbs/05f_curation_steps.ipynb #a86f80bd
 class CleanDocuments(CurationStep):
     "Unicode/whitespace cleaning; drops documents shorter than `min_chars` characters or `min_words` words."
     name = "clean"
@@ -131,6 +132,7 @@ class ReadCleaned(CurationStep):
                 o = json.loads(line)
                 yield Document(text=o["text"], id=o["id"], metadata={"source": o["s"], "key": o["k"]})
 
+# %% ../nbs/05f_curation_steps.ipynb #846fce0f
 class DedupFilter(CurationStep):
     "Drop the documents the cluster step marked: exact duplicates (1) and near-duplicates (2)."
     name = "dedup"
@@ -145,6 +147,7 @@ class DedupFilter(CurationStep):
             if w is None: yield d
         self.save_stats(rank)
 
+# %% ../nbs/05f_curation_steps.ipynb #92f269af
 class QualityFilter(CurationStep):
     "Keep '+q' sources' documents scoring >= the threshold, or by GPT-3's Pareto rule (the run's classifier)."
     name = "quality"
@@ -188,6 +191,7 @@ class CountEvalNgrams(CurationStep):
         self.save_stats(rank)
         return; yield
 
+# %% ../nbs/05f_curation_steps.ipynb #8dbbe024
 def corpus_counts(root: Path, tasks: int) -> DC.NgramCounts:
     "The eval n-gram counts of every stage-4 task summed (computed once, then read from work/ngram_counts.npz)."
     total, files = root / "work" / "ngram_counts.npz", sorted((root / "work" / "ngram_counts").glob("*.npz"))
@@ -203,6 +207,7 @@ class ReadKept(ReadCleaned):
     "Read back this task's documents kept by stage 4 (written by `CountEvalNgrams`)."
     name, folder = "read_kept", "kept"
 
+# %% ../nbs/05f_curation_steps.ipynb #e3e7f508
 class Decontaminate(CurationStep):
     "Megatron's cuts around eval n-gram matches, with the n-grams hit in fewer than `key_threshold` documents."
     name = "decontaminate"

@@ -59,6 +59,7 @@ class Source:
                             "an existing file or folder")
         return self
 
+# %% ../nbs/05_data.ipynb #9ab40841
 def parse_source(spec: str) -> Source:
     "A `Source` from 'NAME[+q][@PILE SUBSET]=PATH' or a PATH ('+q': quality-filter it; '@': a Pile subset)."
     name, sep, path = spec.partition("=")
@@ -184,6 +185,7 @@ def _hf_split_folder(folder: Path) -> Path:
     splits = json.loads(dd.read_text())["splits"]
     return folder / ("train" if "train" in splits else splits[0])
 
+# %% ../nbs/05_data.ipynb #20ffa421
 def _datatrove_quiet(module: str):
     "datatrove's `module` logs only when verbose ($MTNLG_VERBOSE): what it says there, mtnlg counts itself."
     from loguru import logger
@@ -281,6 +283,7 @@ def _read_file(f, src, on_error, skips, part=None):
     if _is_warc(f): return _read_warc(f, on_error, skips)
     return _read_text_file(f, on_error, skips, src.split, part)
 
+# %% ../nbs/05_data.ipynb #ae43d991
 def read_documents(src: Source, on_error: str = "error", skips: Skips | None = None,
                    part: list | None = None) -> Iterator[dict]:
     "Documents `{'id', 'text', 'source'}` of `src` (or a file's `part`), streamed; bad input: DataError/`skips`."
@@ -324,6 +327,7 @@ def _count_lines(path, lo: int, hi: int, block: int = 1 << 24) -> int:
         for at in range(lo, hi, block): n += f.read(min(block, hi - at)).count(b"\n")
     return n
 
+# %% ../nbs/05_data.ipynb #25223c52
 def _line_parts(path, unit_bytes: int, blank: bool = False, pool=None) -> list:
     "[first byte, end byte, first line] of line-aligned parts of about `unit_bytes` (lines counted in `pool`)."
     size, cuts, lo = os.path.getsize(path), [], 0
@@ -337,6 +341,7 @@ def _line_parts(path, unit_bytes: int, blank: bool = False, pool=None) -> list:
     firsts = itertools.accumulate(counts, initial=1)
     return [[lo, hi, line] for (lo, hi), line in zip(cuts, firsts)]
 
+# %% ../nbs/05_data.ipynb #fd325754
 def _parquet_parts(path, unit_bytes: int) -> list:
     "[first, end row group, first row] of parts of about `unit_bytes` of compressed column data."
     import pyarrow.parquet as pq
@@ -351,6 +356,7 @@ def _parquet_parts(path, unit_bytes: int) -> list:
         row += rg.num_rows
     return parts
 
+# %% ../nbs/05_data.ipynb #ee5222dd
 def file_parts(path, unit_bytes: int, split: str = "", pool=None) -> list:
     "Parts of a file for `read_documents(part=)` of about `unit_bytes` each; `[None]`: read it whole."
     # pool: an executor whose threads count the lines of a file's parts side by side (None: one after another)

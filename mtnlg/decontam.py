@@ -51,6 +51,7 @@ def _words(text):
     return (h, np.array([m.start() for m in ms], dtype=np.int64),
             np.array([m.end() for m in ms], dtype=np.int64))
 
+# %% ../nbs/05e_decontam.ipynb #446b4ef9
 def ngram_hashes(word_hashes: np.ndarray, n: int = 13) -> np.ndarray:
     "Rolling 64-bit hash of every `n`-gram of `word_hashes`."
     k = len(word_hashes) - n + 1
@@ -71,6 +72,7 @@ def eval_texts(eval_dir) -> Iterator[tuple[str, str]]:
         except EvalError: continue                         # not in this data root: nothing of it to match
         for text in task_texts(name, d): yield name, text
 
+# %% ../nbs/05e_decontam.ipynb #73546e6b
 def eval_ngrams(eval_dir, rule: DecontamRule = DecontamRule(), cache_dir=None) -> dict[int, np.ndarray]:
     "{length: sorted unique hashes}: every 13-gram of a long text, a text of 8..12 words whole (cached)."
     d, n, lo = Path(eval_dir), rule.validate().max_ngram_size, rule.min_ngram_size
@@ -89,6 +91,7 @@ def eval_ngrams(eval_dir, rule: DecontamRule = DecontamRule(), cache_dir=None) -
     save_ngrams(cache, out)
     return out
 
+# %% ../nbs/05e_decontam.ipynb #b731db2a
 def save_ngrams(path, ngrams: dict):
     "Write {length: sorted hashes} to `path` (.npz) atomically."
     with atomic_path(Path(path)) as tmp: np.savez(tmp, **{f"n{k}": v for k, v in ngrams.items()})
@@ -108,6 +111,7 @@ def _matches(h: np.ndarray, ngrams: dict) -> list[tuple[int, int]]:
         out += [(int(j), int(j) + k - 1) for j in np.flatnonzero(ref[i] == g)]
     return sorted(out, key=lambda m: (m[0], 0 if m[1] - m[0] + 1 == top else m[1]))
 
+# %% ../nbs/05e_decontam.ipynb #596183ab
 _STOPS = ".!?"                              # split_text's sentence ends
 
 def _window(text: str, start: int, end: int, margin: int) -> tuple[int, int]:
@@ -117,6 +121,7 @@ def _window(text: str, start: int, end: int, margin: int) -> tuple[int, int]:
     hi = [i for i in (text.find(c, end + margin) for c in _STOPS) if i >= 0]
     return max(a, 0), min(hi) + 1 if hi else len(text)
 
+# %% ../nbs/05e_decontam.ipynb #e7cb8538
 def decontaminate_text(text: str, ngrams: dict, rule: DecontamRule = DecontamRule()) -> tuple[list[str], int]:
     "(pieces kept, n-grams matched) of `text` after Megatron's cuts around every eval n-gram match."
     h, st, en = _words(text)

@@ -25,6 +25,7 @@ def _load_raw(path: Path, cols: int) -> np.ndarray:
     a = np.fromfile(path, dtype=np.uint64) if small else np.memmap(path, dtype=np.uint64, mode="r")
     return a.reshape(-1, cols)
 
+# %% ../nbs/05g_dedup.ipynb #d6d2cd38
 # Kept instead of datatrove's MinhashDedupSignature (evaluated in tests/test_quality.py and benchmarks/RESULTS.md):
 # its hashes would serve (near-duplicates' Jaccard estimated as well: sd 0.034 vs 0.035), but they are no faster
 # (0.99x MB/s per CPU) and its step writes only per-band sorted files: no whole signature per document for stage 2's
@@ -261,6 +262,7 @@ class DedupCluster(CurationStep):
         self.save_stats(rank)
         return; yield
 
+# %% ../nbs/05g_dedup.ipynb #bcb8bac0
 def dedup_decisions(out) -> dict[int, int]:
     "{document key: 1 exact / 2 fuzzy duplicate} over all shards of run folder `out` (after stage 3)."
     res = {}

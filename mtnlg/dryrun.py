@@ -131,6 +131,7 @@ def _group_kind(op: str, ranks: tuple, topo) -> str:
         if set(ranks) == set(dist.get_process_group_ranks(group)): return kind
     return f"{len(ranks)} ranks"
 
+# %% ../nbs/01b_dryrun.ipynb #d1852357
 def _held(obj, depth: int = 2):
     "(attribute name, tensor) of every tensor `obj` holds in its attributes, lists and dicts (DeepSpeed's buffers)."
     import torch
@@ -142,6 +143,7 @@ def _held(obj, depth: int = 2):
             for x in v.values(): yield from walk(name, x, d - 1)
     for name, v in vars(obj).items(): yield from walk(name, v, depth)
 
+# %% ../nbs/01b_dryrun.ipynb #e016c0a9
 def _summary(ops, topo) -> tuple[list, dict]:
     "(one row per operation kind and group, bytes by group kind) of a step's operations."
     rows = collections.defaultdict(lambda: [0, 0])
@@ -219,6 +221,7 @@ def default_ranks(cfg: RunConfig) -> list[int]:
     p = cfg.parallel
     return [P.rank_of(0, 0, s, p.tp, p.pp, p.dp) for s in sorted({0, p.pp // 2, p.pp - 1})]
 
+# %% ../nbs/01b_dryrun.ipynb #93922ece
 def with_micro_batches(cfg: RunConfig, micro_batches: int | None) -> RunConfig:
     "`cfg` whose global batch makes `micro_batches` micro-batches a step (its own when None); no batch ramp-up."
     import dataclasses

@@ -146,6 +146,7 @@ def gpt_scorer(model, batch_size: int = 8, fixed_shape: bool = False) -> TokenSc
     scorer.decoder = lambda: ModelDecoder(model, dev)
     return scorer
 
+# %% ../nbs/07_eval.ipynb #23426fac
 def hf_scorer(model_or_dir, batch_size: int = 8) -> TokenScorer:
     "A `TokenScorer` over a transformers causal LM (a model object or a local directory)."
     m = model_or_dir
@@ -349,6 +350,7 @@ class LeadGenerator(Generator):
         try: return super().generate_batches(batches, s, use_cache, in_flight)
         finally: self.announced = False
 
+# %% ../nbs/07_eval.ipynb #a92d6f3e
 def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
     "Rank 0: the header, the prompts' ids (padded with -1), the settings and request indices, to every rank."
     B, L = len(ids), max(map(len, ids))
@@ -366,6 +368,7 @@ def _receive_generation(B: int, L: int, device):
     dist.broadcast_object_list(box, 0)
     return [[t for t in row if t >= 0] for row in x.tolist()], box[0], box[1]
 
+# %% ../nbs/07_eval.ipynb #3e0baa13
 def scorer_generator(scorer, tokenizer=None) -> Generator:
     "A KV-cached `Generator` over the scorer's own model; rank 0 of a led layout sends each batch to the others."
     topo = getattr(scorer, "topo", None)

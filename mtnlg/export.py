@@ -23,6 +23,7 @@ __all__ = ['HF_ACTIVATIONS', 'DTYPES', 'ExportError', 'hf_config', 'model_config
 class ExportError(EvalError):
     "A checkpoint or directory that cannot be converted; the message names the problem and the fix."
 
+# %% ../nbs/08_export.ipynb #b0c5d6ef
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 def hf_config(cfg: ModelConfig, dtype: str = "float32"):
@@ -71,6 +72,7 @@ def name_map(cfg: ModelConfig) -> list[tuple[str, str, bool]]:
     "(project name, HF GPT-2 name, transposed) for every tensor of the model."
     return [x for g in name_groups(cfg) for x in g]
 
+# %% ../nbs/08_export.ipynb #95fae491
 def full_to_hf_state(full: dict, cfg: ModelConfig) -> dict:
     "HF GPT-2 state dict of a dict of the project's full tensors."
     missing = [p for p, _, _ in name_map(cfg) if p not in full]
@@ -88,6 +90,7 @@ def _copy_tokenizer(spec: str, out: Path):
         for f in gpt2_files(): shutil.copy(f, out / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
     else: shutil.copy(spec, out / "tokenizer.model")
 
+# %% ../nbs/08_export.ipynb #31507876
 def export_checkpoint(ck, out_dir, dtype: str = "bf16") -> Path:
     "Write checkpoint folder `ck` as a transformers GPT-2 folder (sharded safetensors), block by block."
     from safetensors.torch import save_file

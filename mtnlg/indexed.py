@@ -150,6 +150,7 @@ def save_blend(entries: list[BlendEntry], path, split: str | None = None):
     atomic_write_text(path, text)
     return Path(path)
 
+# %% ../nbs/05c_indexed.ipynb #95a49729
 def load_blend(path, check_files: bool = True) -> list[BlendEntry]:
     "Read and check a blend spec: unique names, weights > 0, existing .bin/.idx (relative to the spec)."
     p = Path(path)
@@ -218,6 +219,7 @@ def blend_weights(names: list[str], weights="paper") -> dict[str, float]:
     if bad: raise DataError(f"weights of {bad} must be > 0; leave a source out to drop it")
     return {n: float(weights[n]) for n in names}
 
+# %% ../nbs/05c_indexed.ipynb #e337f528
 def make_blend(prefixes: dict[str, str], out, weights="paper", budget: float = 270e9):
     "Write blend spec `out` of indexed datasets `prefixes` ({name: prefix}); the epochs table for `budget`."
     if not prefixes: raise DataError("make_blend: no datasets; pass NAME=PREFIX for each tokenized source")
@@ -282,6 +284,7 @@ def _gpt_config(data_cfg, seq_length, seed, blend, cache, tokenizer, create_atte
                             reset_attention_mask=False, eod_mask_loss=False,
                             create_attention_mask=create_attention_mask, mid_level_dataset_surplus=0.05)
 
+# %% ../nbs/05c_indexed.ipynb #1821a88b
 def _effective_split(prefixes, split: str, sizes) -> str:
     "`split` with splits that draw no samples zeroed; `DataError` if a drawn split would get no documents."
     w = [float(x) for x in split.split(",")]

@@ -67,6 +67,7 @@ def new_run_dir(name: str, runs_root="runs") -> Path:
     while d.exists(): d, i = Path(runs_root) / name / f"{stamp}.{i}", i + 1
     return d
 
+# %% ../nbs/09_jobs.ipynb #0958e01e
 @dataclass
 class RunResult:
     "What a local notebook run left behind."
@@ -195,6 +196,7 @@ def _last_count(value) -> int | None:
     nums = re.findall(r"\d+", re.sub(r"\(x\d+\)", "", str(value or "")))
     return int(nums[-1]) if nums else None
 
+# %% ../nbs/09_jobs.ipynb #2cd83894
 @dataclass(frozen=True)
 class Allocation:
     "The nodes a launch may use: a Slurm allocation's, or this one host."
@@ -224,6 +226,7 @@ def allocation(env=None) -> Allocation:
             return Allocation(nodes, hosts, n, f"{key}={env[key]}: {n} {what}", job)
     return Allocation(nodes, hosts, 1, "no GPUs, tasks or CPUs a node in the environment: 1 rank a node", job)
 
+# %% ../nbs/09_jobs.ipynb #d646d60b
 @dataclass(frozen=True)
 class Placement:
     "Where the ranks of a tp x pp x dp layout run: `nodes` nodes of `per_node` consecutive ranks each."
@@ -284,6 +287,7 @@ def under_launcher() -> bool:
     env = os.environ
     return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and int(env.get("WORLD_SIZE", "1")) > 1)
 
+# %% ../nbs/09_jobs.ipynb #d89af996
 def launch_ranks(module: str, argv: list[str], placement: Placement, *, mode: str = "torchrun",
                  env: dict | None = None, **run_kw) -> subprocess.CompletedProcess:
     "Run `python -m module argv` as the ranks of `placement` (torchrun here, srun inside Slurm) and wait."
@@ -460,6 +464,7 @@ def _slurm(*cmd, check=True) -> str:
         raise JobError(f"{shlex.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
     return p.stdout
 
+# %% ../nbs/09_jobs.ipynb #93994550
 def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, *, name: str | None = None,
            runs_root="runs", env_activate: str | None = None, kernel: str | None = None) -> tuple[str, Path]:
     "Render and `sbatch` a notebook job; (job id, run directory)."
@@ -475,6 +480,7 @@ def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, 
          "submitted": _dt.datetime.now().isoformat(timespec="seconds")}, indent=2) + "\n")
     return job, rd
 
+# %% ../nbs/09_jobs.ipynb #c1639550
 def parse_scontrol(text: str) -> dict:
     "`scontrol show job -o` output as a dict (a value with spaces continues until the next KEY=)."
     d, key = {}, None
@@ -484,6 +490,7 @@ def parse_scontrol(text: str) -> dict:
         elif key: d[key] += " " + tok
     return d
 
+# %% ../nbs/09_jobs.ipynb #ebd3b6d4
 def job_info(job_id) -> dict:
     "The job's fields from `scontrol show job` (finished jobs stay visible for MinJobAge)."
     return parse_scontrol(_slurm("scontrol", "show", "job", "-o", str(job_id)))

@@ -38,6 +38,7 @@ def unchecked_note(p: Patch) -> str | None:
     return (f"mtnlg: patches.{p.name} is applied to {p.library} {have}, checked on {', '.join(p.checked)} only "
             f"(mtnlg.patches.check_patches() says what to re-check)")
 
+# %% ../nbs/00b_patches.ipynb #18c1f3f4
 def _registered(library: str, checked: str | tuple[str, ...], private: list[str], why: str):
     "Decorator: register the function as a `Patch`; at its first use on an unchecked version, rank 0 says so."
     def deco(fn):
@@ -53,6 +54,7 @@ def _registered(library: str, checked: str | tuple[str, ...], private: list[str]
         return applied
     return deco
 
+# %% ../nbs/00b_patches.ipynb #56d2532e
 def _resolve(spec: str):
     "The object at 'module:attribute.path'."
     module, _, path = spec.partition(":")
@@ -256,6 +258,7 @@ def reset_deepspeed_groups():
     for g in _DS_GROUPS: setattr(groups, g, None)
     for d in _DS_GROUP_DICTS: getattr(groups, d).clear()
 
+# %% ../nbs/00b_patches.ipynb #1fd6f655
 @_registered("deepspeed", "0.19.8", ["deepspeed.comm.torch:build_shm_op"],
              "on CPU DeepSpeed JIT-builds a shared-memory comm op (~40 s) the gloo runs here never use")
 def skip_deepspeed_shm_build():
@@ -286,6 +289,7 @@ def megatron_rng_on_cpu():
     r.CudaRNGStatesTracker.add = add
     logging.getLogger(r.__name__).setLevel(logging.ERROR)   # fork() warns when the CPU RNG moves inside it
 
+# %% ../nbs/00b_patches.ipynb #886f9615
 @_registered("torch", ("2.13.0", "2.15.0"), ["torch:ops.mkldnn._is_mkldnn_bf16_supported"],
              "whether the CPU has native bf16 GEMM; torch has no public query")
 def cpu_has_bf16_gemm() -> bool:
@@ -304,6 +308,7 @@ def resume_nested_graph_breaks() -> bool:
     torch._dynamo.config.nested_graph_breaks = True
     return True
 
+# %% ../nbs/00b_patches.ipynb #92cc42f9
 @_registered("megatron-core", ("0.16.1", "0.19.2"), ["megatron.core.datasets.blended_dataset:BlendedDataset"],
              "without a process group its index build asks torch.distributed.get_rank(), an error (0.16.1), or "
              "warns at each log line that it defaulted to rank 0 (0.19.2)")
@@ -344,6 +349,7 @@ def compile_on_first_call():
     try: yield
     finally: torch.compile = compile_
 
+# %% ../nbs/00b_patches.ipynb #167f5cad
 @_registered("megatron-core", ("0.16.1", "0.19.2"), ["megatron.core.jit:jit_fuser"],
              "its fusions are decorated with torch.compile at import, which loads inductor in every process")
 def import_megatron():
@@ -389,6 +395,7 @@ def dcp_storage_location(info) -> tuple[str, int, int] | None:
     if getattr(info, "transform_descriptors", None): return None
     return info.relative_path, info.offset, info.length
 
+# %% ../nbs/00b_patches.ipynb #585ea25a
 @_registered("torch", ("2.13.0", "2.15.0"), ["torch._utils:_rebuild_tensor_v2"],
              "the pickle of a tensor inside a `torch.save` zip names its storage record, offset, size and "
              "stride only through this rebuild call; reading a few rows of a stored tensor needs them")
@@ -420,6 +427,7 @@ def load_lm_eval_yaml(path) -> dict:
     from lm_eval.tasks._yaml_loader import load_yaml
     return load_yaml(path)
 
+# %% ../nbs/00b_patches.ipynb #6b7d8c12
 @_registered("lm-eval", "0.4.13",
              ["lm_eval.evaluator:add_env_info", "lm_eval.evaluator:get_git_commit_hash", "lm_eval.api.model:tqdm",
               "lm_eval.api.task:tqdm"],
@@ -470,6 +478,7 @@ def fake_tools():
     return types.SimpleNamespace(DispatchMode=TorchDispatchMode, fake_mode=FakeTensorMode(allow_non_fake_inputs=True),
                                  collective=collective, scalar_read=torch.ops.aten._local_scalar_dense.default)
 
+# %% ../nbs/00b_patches.ipynb #07258fda
 def init_fake_process_group(rank: int, world_size: int):
     "The default process group as rank `rank` of a fake world of `world_size` ranks (no peers, no traffic)."
     import torch.distributed as dist
@@ -489,6 +498,7 @@ def module_moves_skipped():
     try: yield
     finally: PipelineModule.to = orig
 
+# %% ../nbs/00b_patches.ipynb #5d1fc6aa
 @_registered("deepspeed", "0.19.8",
              ["deepspeed.runtime.pipe.engine:PipelineEngine._recv_tensor_meta",
               "deepspeed.runtime.pipe.engine:PipelineEngine._allocate_or_extend_buffers",

@@ -22,6 +22,7 @@ def result_path(out_dir, task: str, k: int) -> Path:
     "Where the result of `task` at `k` shots is kept in `out_dir`."
     return Path(out_dir) / f"{task}_{k}shot.json"
 
+# %% ../nbs/07b_results.ipynb #6edd86cc
 def provenance(name: str, k: int, limit, seed: int, data, model: dict | None, tokenizer) -> dict:
     "Everything a stored result must match to be reused: model, tokenizer, task and data, shots, limit, seed."
     if model is not None and model.get("fingerprint") is not None:      # the weight files as they are now
@@ -38,6 +39,7 @@ def code_identity() -> dict:
         h.update(f"{f.relative_to(root)}:{file_sha256(f)}".encode())
     return {"version": __version__, "source_sha256": h.hexdigest()}
 
+# %% ../nbs/07b_results.ipynb #8a7d0443
 def report_key(prov: dict | None) -> tuple:
     "What all rows of one report share: model, tokenizer, limit, seed, versions (tasks and shots vary)."
     prov = prov or {}
@@ -45,6 +47,7 @@ def report_key(prov: dict | None) -> tuple:
     return tuple(json.dumps(prov.get(k), sort_keys=True) for k in ("model", "tokenizer", "limit", "seed", "mtnlg")
                  ) + (task.get("lm_eval"),)
 
+# %% ../nbs/07b_results.ipynb #bf24912a
 _CONTENT: dict = {}    # (path, inode, size, mtime, ctime) -> sha256 of the bytes (ctime: `cp -p` cannot keep it)
 
 def content_sha256(p: Path) -> str:
@@ -74,7 +77,6 @@ def reusable(model: dict | None) -> bool:
     why = weights_check(model)
     if why: model["unidentified"] = f"{why}: the weights are not what was fingerprinted; scores not reused"
     return why is None
-
 
 # %% ../nbs/07b_results.ipynb #0aa2c49b
 NORMALISATION = {"acc": "none: sum of log p of each answer",

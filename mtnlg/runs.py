@@ -36,6 +36,7 @@ def find_checkpoint(run_dir, step: int | None = None) -> Path:
                         "--import-hf), or pass --hf-model DIR")
     return ck
 
+# %% ../nbs/06a_runs.ipynb #db9fe91b
 def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32", dp: int = 1,
                      step: int | None = None):
     "(run's `RunConfig` on an inference layout of tp x pp x dp, checkpoint folder); a misfit is an `EvalError`."
@@ -52,6 +53,7 @@ def inference_config(run_dir, tp: int = 1, pp: int = 1, precision: str = "fp32",
         raise EvalError(f"--checkpoint {run_dir} --tp {tp} --pp {pp} --dp {dp}: {e}") from None
     return cfg, ck
 
+# %% ../nbs/06a_runs.ipynb #1b10c80d
 def step_of(ck) -> int | None:
     "The step of a run's checkpoint folder (`RUN/checkpoints/stepN`); None for a folder outside a run."
     ck = Path(ck)
@@ -68,7 +70,6 @@ def is_hf_model_dir(path) -> bool:
     run = (p / "checkpoints").exists() or (p / "COMPLETE").exists()
     weights = any(p.glob("*.safetensors")) or (p / "pytorch_model.bin").is_file()
     return (p / "config.json").is_file() and weights and not run
-
 
 # %% ../nbs/06a_runs.ipynb #5e1a000b
 def _small_hash(h, p: Path, base: Path):

@@ -35,6 +35,7 @@ def is_verbose() -> bool:
     "True when $MTNLG_VERBOSE asks for every notice (`mtnlg --verbose` sets it)."
     return os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
 
+# %% ../nbs/02_topology.ipynb #0e7d2c9c
 def quiet_megatron(verbose: bool | None = None) -> bool:
     "Hide megatron-core's import notices here and in child processes, unless `verbose` (default: $MTNLG_VERBOSE)."
     if verbose is None: verbose = is_verbose()
@@ -82,6 +83,7 @@ def _check_world(p: ParallelConfig, world_size: int, gpus_per_node: int | None):
         raise ConfigError(f"parallel.tp: tp={p.tp} is larger than the {gpus_per_node} GPUs of a node; tensor parallelism "
                           f"needs NVLink inside one node: use tp <= {gpus_per_node} and raise pp instead")
 
+# %% ../nbs/02_topology.ipynb #e4ea6e1a
 def check_layout(run_cfg: RunConfig, world_size: int, gpus_per_node: int | None = None):
     "Raise `ConfigError` with the fix if `run_cfg` cannot run on `world_size` processes; needs no process group."
     p, m = run_cfg.parallel, run_cfg.model
@@ -107,6 +109,7 @@ def _mm_fp32_for_bf16(a, b):
     if a.dtype == b.dtype == torch.bfloat16: return torch.ops.aten.mm.out(a.float(), b.float(), out=out).bfloat16()
     return torch.ops.aten.mm.out(a, b, out=out)       # every other dtype: torch's own kernel (mm.out is not overridden)
 
+# %% ../nbs/02_topology.ipynb #d44c1ea6
 def cpu_bf16_matmul(force: bool = False) -> bool:
     "On CPUs without native bf16 GEMM (or when forced), compute bf16 `aten::mm` in fp32; True when installed."
     global _MM_LIB
@@ -183,6 +186,7 @@ def gather_hosts() -> tuple:
     dist.all_gather_object(hosts, socket.gethostname())
     return tuple(hosts)
 
+# %% ../nbs/02_topology.ipynb #5a1b9804
 def tp_groups_across_hosts(hosts, tp: int) -> list[str]:
     "The tensor-parallel groups (blocks of `tp` consecutive ranks) whose ranks are on more than one host."
     out = []

@@ -82,6 +82,7 @@ def read_metrics(run_dir) -> list[dict]:
         except json.JSONDecodeError: pass
     return out
 
+# %% ../nbs/06_train.ipynb #fe4a5ce0
 class MetricsLog:
     "metrics.jsonl (one JSON object per step) and TensorBoard scalars, written by rank 0."
     def __init__(self, run_dir, resume_step: int = 0, tensorboard: bool = True):
@@ -109,6 +110,7 @@ class TrainingError(RuntimeError):
 def _set_lr(engine, lr: float):
     for g in engine.optimizer.param_groups: g["lr"] = lr
 
+# %% ../nbs/06_train.ipynb #06d10572
 def _mem_bytes(topo) -> int:
     "Peak accelerator memory (GPU) or resident memory (CPU) of the busiest rank."
     if torch.cuda.is_available(): b = torch.cuda.max_memory_allocated()
@@ -128,6 +130,7 @@ def _validate(engine, dataset, cfg, topo) -> float:
     engine.total_loss = None
     return total / cfg.eval_batches
 
+# %% ../nbs/06_train.ipynb #b5bd82e1
 def _inject(step: int) -> bool:
     return str(step) in os.environ.get("MTNLG_INJECT_NONFINITE", "").replace(" ", "").split(",")
 
@@ -147,12 +150,14 @@ def watch_stop_signal():
     try: return signal.signal(STOP_SIGNAL, lambda signum, frame: _STOP.append(signum))
     except ValueError: return None                       # signal handlers live on the main thread only
 
+# %% ../nbs/06_train.ipynb #87f8ad6a
 def _inject_stall(run: Path, step: int, rank: int):
     "Test hook: `MTNLG_INJECT_STALL=STEP` holds rank 0 after step STEP (once a run folder) until the stop signal."
     if rank or os.environ.get("MTNLG_INJECT_STALL") != str(step) or (run / f"stalled-{step}").exists(): return
     atomic_write_text(run / f"stalled-{step}", socket.gethostname())
     while not _STOP: time.sleep(0.2)
 
+# %% ../nbs/06_train.ipynb #76fdda1c
 def stop_requested(topo, run: Path, step: int) -> bool:
     "True on every rank once any rank got the stop signal (checked between steps)."
     _inject_stall(run, step, topo.rank)
@@ -187,6 +192,7 @@ def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)
     return plan, train_ds, valid_ds, engine, state, ck
 
+# %% ../nbs/06_train.ipynb #5e3db6dd
 def record_hosts(run: Path, topo, ck):
     "Append this start's ranks' hostnames (and the Slurm job, restart and checkpoint) to RUN/hosts.jsonl."
     rec = dict(hosts=list(topo.hosts), resumed_from=None if ck is None else ck.name,
@@ -292,6 +298,7 @@ def _flat(d, pre=""):
         else: out[pre + k] = v
     return out
 
+# %% ../nbs/06_train.ipynb #f1071b3c
 def check_run_dir(run_dir, cfg: RunConfig, resume: bool):
     "Raise `ConfigError` if `run_dir` cannot take this run (another run there, nothing to resume, a changed recipe)."
     run = Path(run_dir)
@@ -315,6 +322,7 @@ def check_run_dir(run_dir, cfg: RunConfig, resume: bool):
     if run.exists() and any(run.iterdir()):
         raise ConfigError(f"--out {run} exists and is not empty; choose a new or empty folder for the run")
 
+# %% ../nbs/06_train.ipynb #9812b2dc
 def check_data(cfg: RunConfig):
     "Raise `ConfigError` if the data path cannot be read (before any process starts)."
     path, n = cfg.data.path, get_tokenizer(cfg.data.tokenizer).vocab_size
@@ -344,6 +352,7 @@ def prepare_run(cfg: RunConfig, run_dir, resume: bool = False) -> Path:
     save_config(cfg, run / "config.json")
     return run
 
+# %% ../nbs/06_train.ipynb #73c3bdb0
 def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str = "torchrun", env: dict | None = None,
            progress: bool = True) -> int:
     "Start the ranks of the run in `run_dir` (its config.json) as placed (`nprocs`: ranks a node) and wait; exit code."
@@ -375,6 +384,7 @@ def _placeable(tp, pp, dp, per_node, env) -> bool:
     try: place(tp, pp, dp, per_node=per_node, env=env); return True
     except ConfigError: return False
 
+# %% ../nbs/06_train.ipynb #cdc669e8
 def fit_layout(cfg: RunConfig, layout: str = "fit", resume: bool = False, per_node: int | None = None,
                env=None) -> RunConfig:
     "The layout to run at here: as configured, same TP x PP with DP from the allocation (a resume), or the planner's."
