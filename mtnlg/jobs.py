@@ -104,7 +104,7 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
             log.addHandler(h)
         old_level = log.level; log.setLevel(logging.INFO)
         verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
-        quiet_kernel = [] if verbose else ["--IPKernelApp.log_level=ERROR"]     # its notice: TCP, no encryption
+        quiet_kernel = [] if verbose else ["--IPKernelApp.log_level=CRITICAL"]  # its notices: TCP, an interrupt
         try:
             papermill.execute_notebook(str(nb), str(out_nb), parameters=params, kernel_name=kernel,
                                        cwd=str(nb.resolve().parent), log_output=True, progress_bar=False,

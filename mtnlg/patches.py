@@ -67,9 +67,9 @@ def _base_version(v: str) -> str: return v.split("+")[0]
 # Notices a user cannot act on (`mtnlg.topology.quiet_megatron` hides these and more for a run): at import,
 # megatron-core without Transformer Engine or Apex (it falls back to torch's kernels, as wanted on CPU), torch's
 # extension builder finding a CUDA toolkit without a GPU, DeepSpeed choosing its CPU accelerator; lm-eval's notes
-# while it builds a task (the defaults it chose, where `--metadata` goes)
+# while it builds a task (the defaults it chose, where `--metadata` goes) and on sampling settings mtnlg normalises
 IMPORT_NOTICES = ["Transformer Engine and Apex are not installed"]
-IMPORT_LOGGERS = ["torch.utils.cpp_extension", "lm_eval.api.task"]
+IMPORT_LOGGERS = ["torch.utils.cpp_extension", "lm_eval.api.task", "lm_eval.models.utils"]
 
 def quiet_imports(accelerator: bool = True):
     "From here on, hide the notices above unless $MTNLG_VERBOSE asks for every one (`accelerator`: imports torch)."
