@@ -272,6 +272,7 @@ def _norm(text: str) -> str:
     text = local_paths(text)
     text = re.sub(r"\b20\d\d-?\d\d-?\d\d[-_T ]?\d\d:?\d\d:?\d\d\b", "<date>", text)       # run folders' names
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)           # digests of mtnlg's own source (07b_results)
     text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)   # the machine's (02_topology)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
     text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)

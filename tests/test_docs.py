@@ -163,7 +163,7 @@ def test_search_finds_a_notebook_page(served, browser):
 
 # mkdocs-jupyter's block for a cell's stderr (warnings, logs, progress bars), per page
 STDERR_BLOCKS = """Array.from(document.querySelectorAll('article [data-mime-type="application/vnd.jupyter.stderr"]'))
-  .map(e => e.innerText.slice(0, 200))"""
+  .map(e => e.innerText.trim().slice(0, 200))"""
 
 def test_no_page_shows_a_stderr_block(site, served, browser, tmp_path, monkeypatch):
     "No notebook page shows stderr; control: a site of one notebook whose committed outputs hold a warning shows it."
