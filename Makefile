@@ -87,7 +87,7 @@ readme: $(STAMP)
 
 # The documentation site (mkdocs, Python only) into _docs/: README as home page, one page per notebook with its
 # committed outputs, API reference, search. Open _docs/index.html.
-# DOCS_EXECUTE=07_eval,11_train_job: those notebooks executed now instead (cached in .build/docs); `all` every one.
+# DOCS_EXECUTE=07_eval,09_jobs: those notebooks executed now instead (cached in .build/docs); `all` every one.
 DOCS_EXECUTE ?= none
 docs: $(STAMP)
 	$(PY) docs/build.py --out _docs --execute $(DOCS_EXECUTE)
