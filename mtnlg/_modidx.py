@@ -415,6 +415,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                             'mtnlg.eval.MtnlgLM._loglikelihood_tokens': ('eval.html#mtnlglm._loglikelihood_tokens', 'mtnlg/eval.py'),
                             'mtnlg.eval.MtnlgLM.eot_token_id': ('eval.html#mtnlglm.eot_token_id', 'mtnlg/eval.py'),
                             'mtnlg.eval.MtnlgLM.generate_until': ('eval.html#mtnlglm.generate_until', 'mtnlg/eval.py'),
+                            'mtnlg.eval.MtnlgLM.loglikelihood': ('eval.html#mtnlglm.loglikelihood', 'mtnlg/eval.py'),
                             'mtnlg.eval.MtnlgLM.loglikelihood_rolling': ('eval.html#mtnlglm.loglikelihood_rolling', 'mtnlg/eval.py'),
                             'mtnlg.eval.MtnlgLM.max_length': ('eval.html#mtnlglm.max_length', 'mtnlg/eval.py'),
                             'mtnlg.eval.MtnlgLM.tok_decode': ('eval.html#mtnlglm.tok_decode', 'mtnlg/eval.py'),
