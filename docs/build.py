@@ -198,7 +198,8 @@ def build(out: Path, execute_mode: str = "missing", work: Path | None = None) ->
 # of what made its outputs: its code and the library modules it uses (`fingerprint`); the suite checks that.
 OUTPUTS_RECORD = ROOT / "docs" / "outputs.json"
 OUTSIDE_SUITE = {"12_demo_report": "reads a finished demo run: `make outputs` runs one first, about 9 minutes",
-                 "11_train_job": "a training run whose table holds its throughput; tests/test_jobs.py runs it as a job"}
+                 "11_train_job": "a training run whose table holds its throughput (tests/test_jobs.py runs it as a "
+                                 "job)"}
 DEMO_RUN = ROOT / ".build" / "outputs" / "demo"        # the demo run `make outputs` makes for 12_demo_report
 # parameters `make outputs` gives a notebook (folders relative to nbs/, made afresh)
 PARAMETERS = {"12_demo_report": {"demo_dir": "../.build/outputs/demo"},
@@ -273,7 +274,8 @@ def _norm(text: str) -> str:
     text = re.sub(r"\b20\d\d-?\d\d-?\d\d[-_T ]?\d\d:?\d\d:?\d\d\b", "<date>", text)       # run folders' names
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
     text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)           # digests of mtnlg's own source (07b_results)
-    text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)   # the machine's (02_topology)
+    # what this machine has (02_topology)
+    text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
     text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)
     text = re.sub(r"(['\"]\w*(seconds|_s|_per_s|tok_s)['\"]:\s*)[-\d.e+]+", r"\1?", text)   # timing fields of dicts
@@ -338,7 +340,8 @@ def write_figures(nb, stem: str):
     for name, (src_stem, marker) in README_FIGURES.items():
         if src_stem != stem: continue
         png = figure_in(nb, marker)
-        if png is None: raise SystemExit(f"{stem}: no image in the outputs of the cell with {marker!r} (README_FIGURES)")
+        if png is None:
+            raise SystemExit(f"{stem}: no image in the outputs of the cell with {marker!r} (README_FIGURES)")
         (FIGURES / name).write_bytes(png)
         log(f"docs/images/{name} from {stem}")
 

@@ -76,7 +76,8 @@ def test_output_check_catches_stale_missing_and_noisy_outputs(tmp_path):
     fresh = docs_build.execute(tmp_path / "zz.ipynb")
     assert fresh.cells[0].outputs[0]["text"] == "42\n" and not fresh.cells[1].outputs    # eval: false is not run
     bad = docs_build.compare("zz", fresh, fresh)
-    assert len(bad) == 1 and "code cell 3 (`import sys; print('done', file=sys.stderr)`) writes to stderr" in bad[0], bad
+    assert len(bad) == 1, bad
+    assert "code cell 3 (`import sys; print('done', file=sys.stderr)`) writes to stderr" in bad[0], bad
     fresh.cells[2].outputs = []
     assert docs_build.compare("zz", fresh, fresh) == []
     stale = nbformat.reads(nbformat.writes(fresh), as_version=4)
