@@ -86,18 +86,22 @@ readme: $(STAMP)
 	mv $(BUILD)/readme/index.md README.md
 
 # The documentation site (mkdocs, Python only) into _docs/: README as home page, one page per notebook with its
-# outputs (executed once, cached in .build/docs), API reference, search. Open _docs/index.html.
-# DOCS_EXECUTE=none: committed outputs only (fast); a list like 00_config,11_train_job executes just those.
-DOCS_EXECUTE ?= missing
+# committed outputs, API reference, search. Open _docs/index.html.
+# DOCS_EXECUTE=07_eval,09_jobs: those notebooks executed now instead (cached in .build/docs); `all` every one.
+DOCS_EXECUTE ?= none
 docs: $(STAMP)
 	$(PY) docs/build.py --out _docs --execute $(DOCS_EXECUTE)
 
-# Notebooks committed with outputs (docs/outputs.txt): re-execute them in place, or check they are current.
+# Every notebook is committed with its outputs. `make outputs` executes each (STEMS="07_eval 11_train_job": only
+# those) and writes it back with its outputs, and the README's figures (docs/images) from them; 12_demo_report
+# first makes a fresh demo run (.build/outputs/demo, about 9 minutes). `make check-outputs`: compare without writing
+# (the suite does it in tests/test_notebooks.py).
+STEMS ?=
 outputs: $(STAMP)
-	$(PY) docs/build.py --outputs
+	$(PY) docs/build.py --outputs $(STEMS)
 
 check-outputs: $(STAMP)
-	$(PY) docs/build.py --check-outputs
+	$(PY) docs/build.py --check-outputs $(STEMS)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --allow-root --no-browser --ip 127.0.0.1 --notebook-dir nbs

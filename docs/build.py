@@ -1,9 +1,10 @@
 """Build the documentation site with mkdocs (Python only, no Quarto): the README as home page, one page per notebook
 with its executed outputs and plots, an API reference from the docstrings and inline parameter docs, and search.
 
-    python docs/build.py                      # make docs: execute what needs it (cached), build into _docs/
-    python docs/build.py --execute none       # only committed outputs (fast)
-    python docs/build.py --outputs            # make outputs: re-execute the notebooks of docs/outputs.txt in place
+    python docs/build.py                      # make docs: the notebooks as committed, with their outputs
+    python docs/build.py --execute 07_eval    # ... that notebook executed now (cached in .build/docs)
+    python docs/build.py --outputs [STEM ...] # make outputs: execute every notebook (or those) and commit-ready
+                                              # write it back with its outputs; the README's figures too
     python docs/build.py --check-outputs      # fail if a committed output is not what the notebook makes now
 """
 from __future__ import annotations
@@ -12,12 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT / "nbs"
-OUTPUTS_LIST = ROOT / "docs" / "outputs.txt"
 CACHE = ROOT / ".build" / "docs" / "executed"
-# Notebooks that are not executed for the docs, and where their executed record comes from instead.
-RECORDED = {"12_demo_report": "runs/demo/**/12_demo_report*.ipynb"}   # executed by `make demo` (needs a demo run)
 SKIP_FLAGS = ("notest", "slow")      # as nbdev's test runner (settings.ini tst_flags): not executed
 IMAGE_TYPES = ("image/png", "image/svg+xml", "image/jpeg")
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 def log(*a): print("[docs]", *a, file=sys.stderr, flush=True)
 
@@ -39,54 +38,47 @@ def directives(cell) -> dict:
     return out
 
 def skipped(cell) -> bool:
-    "True for a code cell that nbdev's test runner would not execute."
+    "True for a code cell that nbdev's test runner would not execute (`#| eval: false`, a skip flag, nbdev_export())."
     d = directives(cell)
-    return d.get("eval", "").lower() == "false" or any(f in d for f in SKIP_FLAGS)
+    return d.get("eval", "").lower() == "false" or any(f in d for f in SKIP_FLAGS) or "nbdev_export" + "(" in cell.source
 
 def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
-def committed_outputs() -> list[str]:
-    "Notebook stems listed in docs/outputs.txt: committed with their outputs (cheap, deterministic)."
-    return [l.split("#")[0].strip().removesuffix(".ipynb") for l in OUTPUTS_LIST.read_text().splitlines()
-            if l.split("#")[0].strip()]
-
-def fingerprint(path: Path) -> str:
-    "Hash of the notebook's code and the library it runs (a cached execution is valid while this is unchanged)."
-    h = hashlib.sha256()
-    nb = read_nb(path)
-    for c in nb.cells:
-        if c.cell_type == "code": h.update(c.source.encode() + b"\0")
-    for p in sorted((ROOT / "mtnlg").rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts: h.update(p.relative_to(ROOT).as_posix().encode() + p.read_bytes())
-    h.update((ROOT / "settings.ini").read_bytes())
-    return h.hexdigest()[:16]
-
-def execute(path: Path, timeout: int = 1800, kernel: str = "python3"):
-    "The notebook at `path` executed in a fresh kernel in nbs/ (cells nbdev's test runner skips stay unexecuted)."
-    import nbformat
+def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None):
+    """The notebook at `path` executed in a fresh kernel in nbs/, as nbdev's test runner would (cells it skips stay
+    unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept)."""
     from nbclient import NotebookClient
     nb = read_nb(path)
+    kept = {}
     for c in nb.cells:
         if c.cell_type == "code":
             c.outputs, c.execution_count = [], None
             if skipped(c): c.metadata.setdefault("tags", []).append("skip-execution")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+            if parameters and "parameters" in c.metadata.get("tags", []):
+                kept[id(c)] = c.source
+                c.source += "\n" + "".join(f"\n{k} = {v!r}" for k, v in parameters.items())
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(IN_TEST="1", PYTHONHASHSEED="0")     # as nbdev's test runner; hashing (set order) fixed
+    # tqdm's advice in a kernel without ipywidgets (not in the pinned environment): its bars print as text
+    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
+    # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
+    env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
     t = time.time()
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(path.parent)}})
-    client.km = client.create_kernel_manager()
-    client.km.extra_env = env
-    client.execute()
-    for c in nb.cells:
-        tags = c.metadata.get("tags", [])
-        if "skip-execution" in tags: tags.remove("skip-execution")
-        if "tags" in c.metadata and not tags: del c.metadata["tags"]
+    try: client.execute(env=env)                 # the kernel's whole environment
+    finally:
+        for c in nb.cells:
+            if id(c) in kept: c.source = kept[id(c)]
+            tags = c.metadata.get("tags", [])
+            if "skip-execution" in tags: tags.remove("skip-execution")
+            if "tags" in c.metadata and not tags: del c.metadata["tags"]
     log(f"executed {path.name} in {time.time() - t:.0f}s")
     return nb
 
 def executed(path: Path, refresh=False):
     "The executed notebook, from the cache when its fingerprint is unchanged."
     CACHE.mkdir(parents=True, exist_ok=True)
-    f = CACHE / f"{path.stem}.{fingerprint(path)}.ipynb"
+    f = CACHE / f"{path.stem}.{fingerprint(path.stem)}.ipynb"
     if f.exists() and not refresh: return read_nb(f)
     import nbformat
     nb = execute(path)
@@ -94,20 +86,12 @@ def executed(path: Path, refresh=False):
     tmp = f.with_suffix(".tmp"); nbformat.write(nb, tmp); os.replace(tmp, f)
     return nb
 
-def recorded(stem: str):
-    "The newest executed record of a notebook that the docs do not execute, or None."
-    found = sorted(ROOT.glob(RECORDED[stem]), key=lambda p: p.stat().st_mtime)
-    return read_nb(found[-1]) if found else None
-
 def source_for(path: Path, execute_mode: str):
-    "(notebook, how): committed outputs, a recorded run, an execution, or the plain notebook."
+    "(notebook, how): its committed outputs (the default), an execution (`execute_mode`), or the plain notebook."
     stem, nb = path.stem, read_nb(path)
-    if stem in committed_outputs() and has_outputs(nb): return nb, "committed outputs"
-    if stem in RECORDED:
-        rec = recorded(stem)
-        return (rec, "recorded run") if rec is not None else (nb, "not executed: no recorded run yet (make demo)")
-    if execute_mode == "none" or (execute_mode not in ("all", "missing") and stem not in execute_mode.split(",")):
-        return nb, "not executed"
+    wanted = execute_mode == "all" or stem in execute_mode.split(",")
+    if has_outputs(nb) and not wanted: return nb, "committed outputs"
+    if not wanted and (execute_mode != "missing" or stem in OUTSIDE_SUITE): return nb, "not executed"
     try: return executed(path), "executed"
     except Exception as e:                        # the site is still built; `make docs` fails at the end
         log(f"{path.name}: execution failed: {type(e).__name__}: {str(e)[-1500:]}")
@@ -126,7 +110,7 @@ def for_page(nb, note: str):
         else:   # mkdocs-jupyter's table of contents drops `code` from heading anchors: keep headings plain text
             c.source = re.sub(r"(?m)^(#{1,6} .*)$", lambda m: m.group(1).replace("`", ""), c.source)
         cells.append(c)
-    if note != "executed":
+    if note not in ("executed", "committed outputs"):
         cells.insert(1 if cells and cells[0].cell_type == "markdown" else 0,
                      nbformat.v4.new_markdown_cell(f"*Outputs on this page: {note}.*"))
     nb.cells = cells
@@ -208,78 +192,251 @@ def build(out: Path, execute_mode: str = "missing", work: Path | None = None) ->
     return {"out": out, "notes": staged["notes"]}
 
 # --- committed outputs ----------------------------------------------------------------------------------------
+# Every notebook is committed with its outputs, made by `make outputs` (`write_outputs`). The suite executes each
+# once (tests/test_notebooks.py) and compares what it makes with what is committed (`compare`). A notebook too slow
+# for the suite (OUTSIDE_SUITE) is executed only by `make outputs`, which records in docs/outputs.json a fingerprint
+# of what made its outputs: its code and the library modules it uses (`fingerprint`); the suite checks that.
+OUTPUTS_RECORD = ROOT / "docs" / "outputs.json"
+OUTSIDE_SUITE = {"12_demo_report": "reads a finished demo run: `make outputs` runs one first, about 9 minutes",
+                 "11_train_job": "a training run whose table holds its throughput (tests/test_jobs.py runs it as a "
+                                 "job)"}
+DEMO_RUN = ROOT / ".build" / "outputs" / "demo"        # the demo run `make outputs` makes for 12_demo_report
+# parameters `make outputs` gives a notebook (folders relative to nbs/, made afresh)
+PARAMETERS = {"12_demo_report": {"demo_dir": "../.build/outputs/demo"},
+              "11_train_job": {"out": "../.build/outputs/train_job"}}
+MADE_WITH = {"12_demo_report": ["demo"]}                 # modules that made a notebook's inputs, beside its imports
+# The README's figures (docs/images): each the first image among the outputs of the notebook's cell that holds the
+# marker, so a figure is byte for byte what the committed notebook shows (`figure_problems` checks it).
+README_FIGURES = {"training.png": ("12_demo_report", 'save(fig, "training.png")'),
+                  "blend.png": ("12_demo_report", 'save(fig, "blend.png")'),
+                  "memory.png": ("12_demo_report", 'save(fig, "memory.png")'),
+                  "eval.png": ("12_demo_report", 'plots / "eval.png"')}
+FIGURES = ROOT / "docs" / "images"
+
+def refresh_command(stem: str) -> str:
+    "The command that remakes a notebook's committed outputs (quoted, with how long it takes when it is long)."
+    return f"`make outputs STEMS={stem}`" + (f" ({OUTSIDE_SUITE[stem]})" if stem in OUTSIDE_SUITE else "")
+
+def _mtnlg_imports(src: str) -> set[str]:
+    "Modules of mtnlg that Python source `src` imports (at any depth, deferred imports too)."
+    import ast
+    src = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!")))     # IPython's magics
+    try: tree = ast.parse(src)
+    except SyntaxError: return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level == 1: out |= {base.split(".")[0]} if base else {a.name for a in node.names}
+            elif base == "mtnlg": out |= {a.name for a in node.names}
+            elif base.startswith("mtnlg."): out.add(base.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("mtnlg.")}
+    return out
+
+def library_closure(seeds, root: Path = ROOT) -> list[Path]:
+    "The files of mtnlg/ that modules `seeds` import, directly or through others (their own files included)."
+    pkg = root / "mtnlg"
+    todo, seen = list(seeds), set()
+    while todo:
+        m = todo.pop()
+        f = pkg / f"{m}.py"
+        if m in seen or not f.is_file(): continue
+        seen.add(m)
+        todo += _mtnlg_imports(f.read_text())
+    seen.add("__init__")
+    files = [pkg / f"{m}.py" for m in sorted(seen)]
+    if "tasks" in seen: files += sorted((pkg / "task_yamls").glob("*"))      # data files the tasks module reads
+    return [f for f in files if f.is_file()]
+
+def fingerprint(stem: str, root: Path = ROOT) -> str:
+    "Hash of what makes a notebook's outputs: its code cells and the library files it uses (`library_closure`)."
+    nb = read_nb(root / "nbs" / f"{stem}.ipynb")
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    h = hashlib.sha256()
+    for src in code: h.update(src.encode() + b"\0")
+    seeds = set().union(*map(_mtnlg_imports, code)) | set(MADE_WITH.get(stem, []))
+    for f in library_closure(seeds, root): h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+def read_record() -> dict:
+    return json.loads(OUTPUTS_RECORD.read_text()) if OUTPUTS_RECORD.exists() else {}
+
+def local_paths(text: str) -> str:
+    "Output text with this clone's and this user's folders as `<repo>` and `~`, this host as `<host>`."
+    import socket
+    text = text.replace(str(ROOT), "<repo>").replace(str(Path.home()) + "/", "~/")
+    return re.sub(rf"(?<![\w.-]){re.escape(socket.gethostname())}(?![\w.-])", "<host>", text)
+
 def _norm(text: str) -> str:
-    "Output text without what legitimately varies run to run (addresses, timings, temporary paths)."
-    text = text.replace(str(ROOT), "<repo>")
+    "Output text without what legitimately varies run to run (local paths, addresses, timings, dates, temp paths)."
+    text = local_paths(text)
+    text = re.sub(r"\b20\d\d-?\d\d-?\d\d[-_T ]?\d\d:?\d\d:?\d\d\b", "<date>", text)       # run folders' names
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)           # digests of mtnlg's own source (07b_results)
+    # what this machine has (02_topology)
+    text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
     text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)
     text = re.sub(r"(['\"]\w*(seconds|_s|_per_s|tok_s)['\"]:\s*)[-\d.e+]+", r"\1?", text)   # timing fields of dicts
     return re.sub(r"\d+(\.\d+)?\s*(s|ms|sec|seconds)\b", "? s", text)
 
+def _text(o) -> str:
+    t = o.get("text", "")
+    return t if isinstance(t, str) else "".join(t)
+
 def output_summary(nb) -> list:
-    "Per code cell: its stdout and results as text (normalised; stderr is not compared) and its kinds of images."
+    "Per code cell: (source, its stdout and results as normalised text, its kinds of images, its stderr and errors)."
     out = []
     for c in nb.cells:
         if c.cell_type != "code": continue
-        texts, images = [], []
+        texts, images, noise = [], [], []
         for o in c.get("outputs", []):
             if o.get("output_type") == "stream":
-                if o.get("name") == "stdout": texts.append(o.get("text", ""))
-            elif o.get("output_type") == "error": texts.append(f"ERROR {o.get('ename')}: {o.get('evalue')}")
+                (texts if o.get("name") == "stdout" else noise).append(_text(o))
+            elif o.get("output_type") == "error": noise.append(f"{o.get('ename')}: {o.get('evalue')}")
             else:
                 data = o.get("data", {})
                 images += [k for k in data if k in IMAGE_TYPES]
                 if "text/plain" in data and not any(k in data for k in IMAGE_TYPES):
                     texts.append(data["text/plain"] if isinstance(data["text/plain"], str) else "".join(data["text/plain"]))
-        out.append((c.source, _norm("".join(texts)), sorted(images)))
+        out.append((c.source, _norm("".join(texts)), sorted(images), "".join(noise)))
     return out
 
-def write_outputs(stems: list[str]):
-    "Execute the listed notebooks and write them back into nbs/ with their outputs (stderr left out), nbdev-clean."
+def _cell(i: int, src: str) -> str:
+    first = next((l for l in src.splitlines() if l.strip() and not l.startswith("#|")), "")
+    return f"code cell {i + 1} (`{first[:60]}`)"
+
+def noise(nb) -> list[str]:
+    "Cells whose outputs hold stderr (warnings, logs, progress bars) or an error: none is committed."
+    return [f"{_cell(i, src)} writes to stderr or fails: {n[:400]!r}"
+            for i, (src, _, _, n) in enumerate(output_summary(nb)) if n]
+
+def compare(stem: str, committed, fresh) -> list[str]:
+    "Where the committed outputs of notebook `stem` differ from a fresh execution's (`fresh`), or hold noise."
+    name = f"nbs/{stem}.ipynb"
+    if not has_outputs(committed): return [f"{name}: committed without outputs; run {refresh_command(stem)}"]
+    bad = [f"{name}: {p}; fix its source (committed outputs hold no warnings, logs or progress bars)"
+           for p in noise(fresh)]
+    for i, (a, b) in enumerate(zip(output_summary(committed), output_summary(fresh))):
+        if a[0] != b[0]: return bad + [f"{name}: {_cell(i, b[0])}: the committed notebook is not the one executed"]
+        if a[1:3] != b[1:3]:
+            what, x, y = ("text", a[1], b[1]) if a[1] != b[1] else ("images", a[2], b[2])
+            k = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            s = max(0, k - 150) if what == "text" else 0
+            bad.append(f"{name}: {_cell(i, a[0])}: committed {what} differs from this run's"
+                       f"{f' (at character {k})' if what == 'text' else ''}:\n  committed: {x[s:s + 300]!r}\n"
+                       f"  this run:  {y[s:s + 300]!r}\nrun {refresh_command(stem)} if the change is meant")
+            break
+    return bad
+
+def run_demo_for_outputs(log_to=sys.stderr):
+    "A fresh demo run into DEMO_RUN (no report: `write_outputs` executes 12_demo_report on it)."
+    code = "import sys; from mtnlg.demo import run_demo; run_demo(sys.argv[1], fresh=True, report=False)"
+    subprocess.run([sys.executable, "-c", code, str(DEMO_RUN)], cwd=ROOT, check=True, stdout=log_to)
+
+def write_figures(nb, stem: str):
+    "Write the README's figures that notebook `stem` makes (README_FIGURES) from its outputs into docs/images."
+    for name, (src_stem, marker) in README_FIGURES.items():
+        if src_stem != stem: continue
+        png = figure_in(nb, marker)
+        if png is None:
+            raise SystemExit(f"{stem}: no image in the outputs of the cell with {marker!r} (README_FIGURES)")
+        (FIGURES / name).write_bytes(png)
+        log(f"docs/images/{name} from {stem}")
+
+def figure_in(nb, marker: str) -> bytes | None:
+    "The first PNG among the outputs of the code cell of `nb` whose source holds `marker`, or None."
+    for c in nb.cells:
+        if c.cell_type == "code" and marker in c.source:
+            for o in c.get("outputs", []):
+                if "image/png" in o.get("data", {}): return base64.b64decode(o["data"]["image/png"])
+    return None
+
+def figure_problems() -> list[str]:
+    "README figures that are not byte for byte the image their notebook's committed outputs show."
+    bad = []
+    for name, (stem, marker) in README_FIGURES.items():
+        png = figure_in(read_nb(NBS / f"{stem}.ipynb"), marker)
+        f = FIGURES / name
+        if png is None: bad.append(f"docs/images/{name}: nbs/{stem}.ipynb shows no image in the cell with {marker!r}")
+        elif not f.exists() or f.read_bytes() != png:
+            bad.append(f"docs/images/{name} is not the image nbs/{stem}.ipynb shows: run {refresh_command(stem)}")
+    return bad
+
+def without_local_paths(nb):
+    "`nb` with `local_paths` applied to its text outputs."
+    for c in nb.cells:
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            if "text" in o: o["text"] = local_paths(_text(o))
+            for k, v in o.get("data", {}).items():
+                if k.startswith("text/"): o["data"][k] = local_paths(v if isinstance(v, str) else "".join(v))
+    return nb
+
+def write_outputs(stems: list[str]) -> list[str]:
+    """Execute the notebooks `stems` and write them back into nbs/ with their outputs, nbdev-clean (with the README
+    figures they make, and the fingerprints of those outside the suite); returns problems (noise, failures)."""
     import nbformat
+    from nbclient.exceptions import CellExecutionError
+    problems, record = [], read_record()
     for stem in stems:
         path = NBS / f"{stem}.ipynb"
-        nb = execute(path)
-        for c in nb.cells:   # log lines and warnings carry times and local paths: not committed
-            if c.cell_type == "code": c.outputs = [o for o in c.outputs if o.get("name") != "stderr"]
+        if stem == "12_demo_report":
+            log(f"{stem}: a fresh demo run into {DEMO_RUN.relative_to(ROOT)} (about 9 minutes)")
+            run_demo_for_outputs()
+        if stem == "11_train_job": shutil.rmtree(NBS / PARAMETERS[stem]["out"], ignore_errors=True)
+        try: nb = execute(path, parameters=PARAMETERS.get(stem))
+        except CellExecutionError as e:
+            problems.append(f"nbs/{stem}.ipynb failed, not written: {str(e)[-1500:]}"); continue
+        problems += [f"nbs/{stem}.ipynb: {p}" for p in noise(nb)]
+        nb = without_local_paths(nb)
         tmp = path.with_suffix(".tmp"); nbformat.write(nb, tmp); os.replace(tmp, path)
         subprocess.run([str(Path(sys.executable).parent / "nbdev_clean"), "--fname", str(path)], cwd=ROOT, check=True)
+        write_figures(nb, stem)
+        if stem in OUTSIDE_SUITE:
+            record[stem] = {"fingerprint": fingerprint(stem), "made by": f"make outputs STEMS={stem}"}
+            OUTPUTS_RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         log(f"{path.name}: outputs written")
+    return problems
 
 def check_outputs(stems: list[str]) -> list[str]:
-    "Problems: a listed notebook without outputs, or whose outputs differ from a fresh execution."
-    bad = []
+    "Problems: a notebook whose committed outputs differ from a fresh execution (or, outside the suite, stale)."
+    from nbclient.exceptions import CellExecutionError
+    bad, record = [], read_record()
     for stem in stems:
         path = NBS / f"{stem}.ipynb"
-        committed = read_nb(path)
-        if not has_outputs(committed): bad.append(f"{path.name}: listed in docs/outputs.txt but has no outputs"); continue
-        now = output_summary(execute(path))
-        for i, (a, b) in enumerate(zip(output_summary(committed), now)):
-            if a != b:
-                what = "code" if a[0] != b[0] else "images" if a[2] != b[2] else "text"
-                bad.append(f"{path.name}: code cell {i + 1}: committed {what} differs from a fresh run:\n"
-                           f"  committed: {str(a[1] if what == 'text' else a[2] if what == 'images' else a[0])[:300]!r}\n"
-                           f"  now:       {str(b[1] if what == 'text' else b[2] if what == 'images' else b[0])[:300]!r}")
-                break
-    return bad
+        if stem in OUTSIDE_SUITE:
+            if record.get(stem, {}).get("fingerprint") != fingerprint(stem):
+                bad.append(f"nbs/{stem}.ipynb: its outputs were made from other code: run {refresh_command(stem)}")
+            continue
+        try: fresh = execute(path)
+        except CellExecutionError as e: bad.append(f"nbs/{stem}.ipynb fails: {str(e)[-1500:]}"); continue
+        bad += compare(stem, read_nb(path), fresh)
+    return bad + figure_problems()
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--out", default=str(ROOT / "_docs"), help="site folder (default: _docs, ignored by git)")
-    ap.add_argument("--execute", default="missing", metavar="MODE",
-                    help="'missing' (default: every notebook without committed outputs, cached), 'none', or stems a,b")
-    ap.add_argument("--outputs", nargs="*", metavar="STEM", help="write outputs into the notebooks of docs/outputs.txt "
-                                                                  "(or the STEMs given)")
+    ap.add_argument("--execute", default="none", metavar="MODE",
+                    help="'none' (default: the committed outputs), 'missing' (notebooks without outputs), 'all', or "
+                         "stems a,b (executed, cached in .build/docs)")
+    ap.add_argument("--outputs", nargs="*", metavar="STEM", help="execute every notebook (or the STEMs given) and "
+                                                                  "write it with its outputs into nbs/")
     ap.add_argument("--check-outputs", nargs="*", metavar="STEM", help="check the committed outputs are current")
     a = ap.parse_args(argv)
     for stem in (a.outputs or []) + (a.check_outputs or []):
         if not (NBS / f"{stem}.ipynb").exists(): ap.error(f"no notebook nbs/{stem}.ipynb")
-    if a.outputs is not None: write_outputs(a.outputs or committed_outputs()); return 0
+    every = [p.stem for p in notebooks()]
+    if a.outputs is not None:
+        t = time.time()
+        bad = write_outputs(a.outputs or every)
+        log(f"outputs written in {time.time() - t:.0f}s")
+        if bad: print("\n".join(bad), file=sys.stderr); return 1
+        return 0
     if a.check_outputs is not None:
-        bad = check_outputs(a.check_outputs or committed_outputs())
-        if bad: print("\n".join(bad) + "\nrun `make outputs` to refresh them", file=sys.stderr); return 1
+        bad = check_outputs(a.check_outputs or every)
+        if bad: print("\n".join(bad), file=sys.stderr); return 1
         log("committed outputs are current"); return 0
     notes = build(Path(a.out).resolve(), a.execute)["notes"]
     failed = [k for k, v in notes.items() if v.startswith("execution failed")]

@@ -186,10 +186,16 @@ def _hf_split_folder(folder: Path) -> Path:
     return folder / ("train" if "train" in splits else splits[0])
 
 # %% ../nbs/05_data.ipynb #20ffa421
+def _datatrove_quiet(module: str):
+    "datatrove's `module` logs only when verbose ($MTNLG_VERBOSE): what it says there, mtnlg counts itself."
+    from loguru import logger
+    if os.environ.get("MTNLG_VERBOSE", "0") in ("", "0"): logger.disable(module)
+
 def _read_hf(folder, text_key, on_error, skips):
     "(folder[row], text) of a `save_to_disk` folder, read by datatrove's `HuggingFaceDatasetReader`."
     import itertools
     from datatrove.pipeline.readers import HuggingFaceDatasetReader
+    _datatrove_quiet("datatrove.pipeline.readers.base")        # a row without text: counted in `skips`
     ds = _hf_split_folder(Path(folder))
     try: cols = list(json.loads((ds / "dataset_info.json").read_text()).get("features") or {})
     except (OSError, ValueError) as e: raise _unreadable(ds, e) from None
@@ -244,6 +250,7 @@ def _read_warc(path, on_error, skips):
     from datatrove.pipeline.extractors import Trafilatura
     from datatrove.pipeline.extractors.base import ExtractorSandbox
     import trafilatura  # noqa: F401  (imported before the sandbox forks)
+    _datatrove_quiet("datatrove.pipeline.extractors.base")     # its sandbox logs each exit at INFO
     ex = Trafilatura(favour_precision=True, deduplicate=False, timeout=EXTRACT_TIMEOUT_S)
     try:
         with open(path, "rb") as f, ExtractorSandbox(timeout=ex.timeout) as box:

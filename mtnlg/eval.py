@@ -214,6 +214,10 @@ class MtnlgLM(TemplateLM):
         return self.tok.tokenize(string)
     def tok_decode(self, tokens, **kw) -> str: return self.tok.detokenize(tokens)
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        "lm-eval's `loglikelihood`, its tokenizing bar shown only when verbose ($MTNLG_VERBOSE)."
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm or not is_verbose())
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kw):
         "(log p(continuation | context), is greedy) of ((strings), context ids, continuation ids) requests."
         self.examples += len(requests)

@@ -30,12 +30,13 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32"):
     "The `transformers.GPT2Config` of a project model config."
     from transformers import GPT2Config
     act = "gelu_new" if cfg.activation == "gelu_tanh" else "gelu"
+    eod = 50256 if cfg.vocab_size > 50256 else None          # GPT-2's <|endoftext|>, when the vocabulary has it
     return GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.seq_length, n_embd=cfg.hidden_size,
                       n_layer=cfg.num_layers, n_head=cfg.num_heads, n_inner=cfg.ffn_hidden_size,
                       activation_function=act, layer_norm_epsilon=cfg.layernorm_eps,
                       resid_pdrop=cfg.hidden_dropout, embd_pdrop=cfg.hidden_dropout,
                       attn_pdrop=cfg.attention_dropout, tie_word_embeddings=cfg.tie_embeddings,
-                      bos_token_id=50256, eos_token_id=50256, torch_dtype=dtype)
+                      bos_token_id=eod, eos_token_id=eod, torch_dtype=dtype)
 
 def model_config_from_hf(hf) -> ModelConfig:
     "The project `ModelConfig` of a `GPT2Config`."

@@ -4,7 +4,7 @@
 
 # %% ../nbs/05c_indexed.ipynb #c9cf8932
 from __future__ import annotations
-import collections, contextlib, dataclasses, json, os, re, subprocess, sys, time
+import collections, contextlib, dataclasses, json, logging, os, re, subprocess, sys, time
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -303,6 +303,8 @@ def _effective_split(prefixes, split: str, sizes) -> str:
     return ",".join(f"{x:g}" for x in w)
 
 # %% ../nbs/05c_indexed.ipynb #7e53ae82
+def _no_mock_cache_note(record) -> bool: return "because path_to_cache is None" not in record.getMessage()
+
 def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int], seed: int | None = None,
                    create_attention_mask: bool = False):
     "(train, valid, test) megatron-core datasets of `data_cfg` (mock/prefix/blend spec); a split may be None."
@@ -315,7 +317,9 @@ def build_datasets(data_cfg, seq_length: int, num_samples: tuple[int, int, int],
     tokenizer = get_tokenizer(data_cfg.tokenizer)
     ensure_helpers(data_cfg.cache_dir or None)
     path = data_cfg.path
-    if path == "mock": cls, blend, cache = MockGPTDataset, None, None
+    if path == "mock":      # nothing to cache: megatron-core's note that it saves no indexes says nothing
+        cls, blend, cache = MockGPTDataset, None, None
+        logging.getLogger("megatron.core.datasets.gpt_dataset").addFilter(_no_mock_cache_note)
     elif str(path).endswith((".json", ".yaml", ".yml")):
         entries = load_blend(path)
         cls, blend = GPTDataset, ([e.path for e in entries], [e.weight for e in entries])

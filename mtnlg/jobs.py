@@ -120,9 +120,12 @@ def run_notebook(notebook, params: dict | None = None, *, name: str | None = Non
             h.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
             log.addHandler(h)
         old_level = log.level; log.setLevel(logging.INFO)
+        verbose = os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
+        quiet_kernel = [] if verbose else ["--IPKernelApp.log_level=CRITICAL"]  # its notices: TCP, an interrupt
         try:
             papermill.execute_notebook(str(nb), str(out_nb), parameters=params, kernel_name=kernel,
-                                       cwd=str(nb.resolve().parent), log_output=True, progress_bar=False)
+                                       cwd=str(nb.resolve().parent), log_output=True, progress_bar=False,
+                                       extra_arguments=quiet_kernel)
         except papermill.PapermillExecutionError as e:
             error = f"cell {e.exec_count}: {e.ename}: {e.evalue}"
             f.write(f"FAILED: {error}\n")

@@ -10,13 +10,14 @@ from typing import Callable
 from importlib.metadata import version as installed_version
 
 # %% auto #0
-__all__ = ['PATCHES', 'Patch', 'unchecked_note', 'check_patches', 'relink_optimizer_state', 'hp_mapping',
-           'explicit_split_pipeline', 'route_fp32_clipping', 'zero_ungraded', 'lean_bf16_grads', 'sync_free_bf16_step',
-           'reset_deepspeed_groups', 'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm',
-           'resume_nested_graph_breaks', 'rank_zero_without_group', 'compile_on_first_call', 'import_megatron',
-           'import_deepspeed_muon', 'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location',
-           'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools',
-           'init_fake_process_group', 'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
+__all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'Patch', 'unchecked_note', 'quiet_imports', 'check_patches',
+           'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline', 'route_fp32_clipping', 'zero_ungraded',
+           'lean_bf16_grads', 'sync_free_bf16_step', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build',
+           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks', 'rank_zero_without_group',
+           'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear',
+           'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run',
+           'datasets_offline', 'fake_tools', 'init_fake_process_group', 'module_moves_skipped', 'pipe_without_values',
+           'gpu_kernels']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -64,8 +65,27 @@ def _resolve(spec: str):
 
 def _base_version(v: str) -> str: return v.split("+")[0]
 
+# Notices a user cannot act on (`mtnlg.topology.quiet_megatron` hides these and more for a run): at import,
+# megatron-core without Transformer Engine or Apex (it falls back to torch's kernels, as wanted on CPU), torch's
+# extension builder finding a CUDA toolkit without a GPU, DeepSpeed choosing its CPU accelerator; lm-eval's notes
+# while it builds a task (the defaults it chose, where `--metadata` goes) and on sampling settings mtnlg normalises
+IMPORT_NOTICES = ["Transformer Engine and Apex are not installed"]
+IMPORT_LOGGERS = ["torch.utils.cpp_extension", "lm_eval.api.task", "lm_eval.models.utils"]
+
+def quiet_imports(accelerator: bool = True):
+    "From here on, hide the notices above unless $MTNLG_VERBOSE asks for every one (`accelerator`: imports torch)."
+    if os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0"): return
+    for m in IMPORT_NOTICES: warnings.filterwarnings("ignore", message=m, category=UserWarning)
+    for name in IMPORT_LOGGERS: logging.getLogger(name).setLevel(logging.ERROR)
+    if not accelerator: return
+    import torch
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available(): os.environ["DS_ACCELERATOR"] = "cpu"
+
+quiet_imports(accelerator=False)          # at import (no library imported): whatever imports megatron-core next
+
 def check_patches() -> list[str]:
     "Problems with the private internals used here: a library at another version than checked, or a name gone."
+    quiet_imports()
     out = []
     for p in PATCHES.values():
         have = installed_version(p.library)
@@ -260,6 +280,7 @@ def reset_deepspeed_groups():
              "on CPU DeepSpeed JIT-builds a shared-memory comm op (~40 s) the gloo runs here never use")
 def skip_deepspeed_shm_build():
     "Keep DeepSpeed from compiling its CPU shared-memory collective op."
+    quiet_imports()
     import deepspeed.comm.torch  # noqa: F401  (`import ... as` would bind torch itself: the package's attribute)
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
 
@@ -351,6 +372,7 @@ def compile_on_first_call():
 def import_megatron():
     "Import megatron-core, its fusions compiled at their first call rather than at import."
     if "megatron.core" not in sys.modules:
+        quiet_imports()
         with compile_on_first_call(): import megatron.core
     return sys.modules["megatron.core"]
 
@@ -431,10 +453,9 @@ def load_lm_eval_yaml(path) -> dict:
 def quiet_lm_eval_run():
     "Inside the block lm-eval runs no `pip list`/`git` and draws no progress bars."
     from unittest.mock import patch
-    from functools import partial
     import lm_eval.evaluator, lm_eval.api.model, lm_eval.api.task
     from tqdm import tqdm
-    no_bar = partial(tqdm, disable=True)
+    def no_bar(*args, **kwargs): return tqdm(*args, **{**kwargs, "disable": True})   # over lm-eval's own
     with patch.object(lm_eval.evaluator, "add_env_info", lambda r: None), \
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", no_bar), patch.object(lm_eval.api.task, "tqdm", no_bar):

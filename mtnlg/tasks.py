@@ -577,6 +577,7 @@ def train_split(name: str, docs: dict, evaluated: str | None) -> str | None:
 
 def lm_eval_task(cfg: dict):
     "The lm-eval task of config `cfg`: its protocol's class (`class`), else lm-eval's `ConfigurableTask`."
+    patches.quiet_imports()                                            # and lm-eval's notes as it builds one
     from lm_eval.api.task import ConfigurableTask
     return cfg.get("class", ConfigurableTask)(config=cfg)
 
@@ -664,6 +665,7 @@ def no_self_shots(cfg: dict, docs: dict, apart: str | None = None) -> dict:
 def self_shot_count(cfg: dict, k: int, seed: int = 1234) -> tuple[int, int]:
     "(documents, documents whose `k` shots show what they show) of task config `cfg`, drawn as lm-eval's prompts."
     from lm_eval.tasks import TaskManager
+    patches.quiet_imports()
     task = TaskManager(include_defaults=False).load([{**cfg, "num_fewshot": k}])["tasks"][cfg["task"]]
     task.set_fewshot_seed(seed=seed)
     shown = shot_task_class().shown.__get__(task)                  # lm-eval's own class too: what it shows

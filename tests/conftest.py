@@ -13,12 +13,14 @@ DATA = ROOT / "tests" / "data"
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 def run_notebook_tests(nb_path, timeout=1200):
-    "Run one notebook through nbdev's test runner in a fresh process; (ok, output)."
-    code = ("import sys; from pathlib import Path; from nbdev.test import test_nb; "
-            "ok, _ = test_nb(Path(sys.argv[1]), skip_flags=['notest', 'slow'], showerr=True); sys.exit(0 if ok else 1)")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}   # as from a fresh shell, whatever ran before
-    p = subprocess.run([sys.executable, "-c", code, str(nb_path)], capture_output=True, text=True, timeout=timeout, env=env)
-    return p.returncode == 0, p.stdout + p.stderr
+    """Execute one notebook in a fresh kernel as nbdev's test runner would (`#| eval: false` and skip-flagged cells
+    not run; docs/build.py's `execute`, as tests/test_notebooks.py does); (ok, the failing cell's traceback)."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    import build as docs_build
+    from nbclient.exceptions import CellExecutionError
+    try: docs_build.execute(Path(nb_path), timeout=timeout)
+    except CellExecutionError as e: return False, str(e)
+    return True, ""
 
 def free_port() -> int:
     "A free TCP port on localhost (the kernel's choice)."

@@ -1,6 +1,6 @@
-"""The documentation site (`make docs`): built with mkdocs, opened page by page in headless Debian chromium, which
-must render every plot of every page and find no broken internal link; and the notebooks listed in
-docs/outputs.txt are committed with outputs that are what they make now."""
+"""The documentation site (`make docs`): built with mkdocs from the notebooks as committed (with their outputs:
+tests/test_notebooks.py checks they are current), opened page by page in headless Debian chromium, which must render
+every plot of every page, show no stderr block and find no broken internal link."""
 import functools, http.server, json, os, re, shutil, subprocess, sys, threading, time, urllib.parse, urllib.request
 from pathlib import Path
 import pytest
@@ -9,7 +9,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "docs"))
 import build as docs_build       # docs/build.py
 
-pytestmark = pytest.mark.slow      # the site built with every notebook's outputs, chromium
+pytestmark = pytest.mark.slow      # the site built from every notebook's committed outputs, chromium
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -70,9 +70,9 @@ class Browser:
 
 @pytest.fixture(scope="session")
 def site(tmp_path_factory):
-    "The site, built as `make docs` does; the notebooks of docs/outputs.txt carry outputs (committed, else executed)."
+    "The site, built as `make docs` does: every notebook's page shows its committed outputs."
     out = tmp_path_factory.mktemp("site")
-    info = docs_build.build(out, ",".join(docs_build.committed_outputs()), work=tmp_path_factory.mktemp("docs_work"))
+    info = docs_build.build(out, "none", work=tmp_path_factory.mktemp("docs_work"))
     return out, info["notes"]
 
 @pytest.fixture(scope="session")
@@ -118,7 +118,9 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     index = json.loads((out / "search" / "search_index.json").read_text())
     locs = {d["location"].split("#")[0] for d in index["docs"]}
     assert {"index.html", "nbs/01_memory.html", "api/mtnlg.config.html"} <= locs, sorted(locs)[:20]
-    for stem in docs_build.committed_outputs(): assert notes[stem] in ("committed outputs", "executed"), notes
+    missing = sorted(k for k, v in notes.items() if v != "committed outputs")
+    assert not missing, \
+        f"pages of notebooks committed without outputs: run `make outputs STEMS=\"{' '.join(missing)}\"`"
 
 def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, browser):
     out, _ = site
@@ -149,7 +151,7 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
                 if urllib.parse.unquote(u.fragment) not in ids: broken.append(f"{page} -> {href} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:30])
     assert len(info["index.html"]["images"]) >= 1                   # the README's figures
-    assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks of docs/outputs.txt should show theirs"
+    assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks' committed outputs should show theirs"
 
 def test_search_finds_a_notebook_page(served, browser):
     browser.open(served + "index.html")
@@ -161,26 +163,32 @@ def test_search_finds_a_notebook_page(served, browser):
         if (r.length || ++n > 100) { clearInterval(t); done(r); } }, 100); })""")
     assert any("01_memory" in h for h in hits), hits
 
-def test_committed_outputs_are_current():
-    "Each notebook of docs/outputs.txt carries outputs, and they are what a fresh execution makes (text and plots)."
-    stems = docs_build.committed_outputs()
-    assert stems and all((ROOT / "nbs" / f"{s}.ipynb").exists() for s in stems), stems
-    bad = docs_build.check_outputs(stems)
-    assert not bad, "\n".join(bad) + "\nrun `make outputs`"
+# mkdocs-jupyter's block for a cell's stderr (warnings, logs, progress bars), per page
+STDERR_BLOCKS = """Array.from(document.querySelectorAll('article [data-mime-type="application/vnd.jupyter.stderr"]'))
+  .map(e => e.innerText.trim().slice(0, 200))"""
 
-def test_output_check_catches_stale_and_missing_outputs(tmp_path, monkeypatch):
+def test_no_page_shows_a_stderr_block(site, served, browser, tmp_path, monkeypatch):
+    "No notebook page shows stderr; control: a site of one notebook whose committed outputs hold a warning shows it."
+    out, _ = site
+    noisy = {}
+    for nb in docs_build.notebooks():
+        browser.open(served + f"nbs/{nb.stem}.html")
+        blocks = browser.eval(STDERR_BLOCKS)
+        if blocks: noisy[nb.stem] = blocks
+    assert not noisy, f"pages with stderr blocks (fix the source, then `make outputs STEMS=...`): {noisy}"
     import nbformat
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)"), nbformat.v4.new_code_cell("#| eval: false\n1/0")])
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
-    monkeypatch.setattr(docs_build, "NBS", tmp_path)
-    nbformat.write(nb, tmp_path / "zz.ipynb")
-    assert "has no outputs" in docs_build.check_outputs(["zz"])[0]
-    fresh = docs_build.execute(tmp_path / "zz.ipynb")
-    assert fresh.cells[0].outputs[0]["text"] == "42\n" and not fresh.cells[1].outputs   # eval: false is not run
-    nbformat.write(fresh, tmp_path / "zz.ipynb")
-    assert docs_build.check_outputs(["zz"]) == []
-    fresh.cells[0].outputs[0]["text"] = "41\n"; nbformat.write(fresh, tmp_path / "zz.ipynb")
-    assert "committed text differs" in docs_build.check_outputs(["zz"])[0]
+    (tmp_path / "nbs").mkdir()
+    cell = nbformat.v4.new_code_cell("import warnings; warnings.warn('noise')", outputs=[
+        nbformat.v4.new_output("stream", name="stderr", text="UserWarning: noise\n")])
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Noisy"), cell]),
+                   tmp_path / "nbs" / "zz_noisy.ipynb")
+    monkeypatch.setattr(docs_build, "NBS", tmp_path / "nbs")
+    monkeypatch.setattr(docs_build, "modules", lambda: [])
+    try:
+        docs_build.build(out / "control", "none", work=tmp_path / "work")     # served beside the site, then removed
+        browser.open(served + "control/nbs/zz_noisy.html")
+        assert browser.eval(STDERR_BLOCKS) == ["UserWarning: noise"]
+    finally: shutil.rmtree(out / "control", ignore_errors=True)
 
 # --- formulas and code width (issue 44) ---------------------------------------------------------------------------
 def poll(browser, js, done, seconds=30.0):

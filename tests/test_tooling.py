@@ -149,7 +149,7 @@ def test_quiet_by_default_verbose_shows_megatron_notices(tmp_path):
     assert loud.stderr.count(NOTICE) == 2 and "a real warning" in loud.stderr, loud.stderr    # here and in the child
 
 def test_nbdev_clean_keeps_committed_outputs(tmp_path):
-    "Notebooks of docs/outputs.txt keep their tables and plots through nbdev_clean (clear_all=False); counts go."
+    "Notebooks committed with outputs keep their tables and plots through nbdev_clean (clear_all=False); counts go."
     t = _copy_tree(tmp_path)
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
     cell = nbformat.v4.new_code_cell("plot()", execution_count=3, outputs=[
