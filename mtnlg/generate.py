@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_generate.ipynb #ecfe6f46
 from __future__ import annotations
-import json, os, sys, tempfile
+import inspect, json, os, sys, tempfile
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Callable
@@ -238,6 +238,8 @@ class HFDecoder:
         self.cfg, self.first, self.last, self.picks, self.pp = model.config, True, True, True, 1
         self.device = device or next(model.parameters()).device
         self.max_len = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+        # transformers 5.24 names the cache `cache` (`past_key_values` deprecated); 5.23 knows only the old name
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def new_cache(self, capacity: int) -> _HFCache: return _HFCache(capacity)
 
@@ -245,9 +247,9 @@ class HFDecoder:
     def step(self, cache: _HFCache, tokens, positions, valid):
         "The last position's logits [B, vocab]."
         cache.mask = valid.long() if cache.mask is None else torch.cat([cache.mask, valid.long()], 1)
-        out = self.m(input_ids=tokens, position_ids=positions, attention_mask=cache.mask,
-                     past_key_values=cache.past, use_cache=True)
-        cache.past = out.past_key_values
+        out = self.m(input_ids=tokens, position_ids=positions, attention_mask=cache.mask, use_cache=True,
+                     **{self.cache_arg: cache.past})
+        cache.past = out[self.cache_arg]
         return out.logits[:, -1].float()
 
     def share(self, tokens): return tokens
