@@ -76,7 +76,7 @@ check-clean: $(STAMP)
 
 # (3) tests/ and every notebook in nbs/ (through nbdev's runner, so `#| eval: false` is honoured)
 pytest: $(STAMP)
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --tb=short $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --tb=short --durations=25 $(PYTEST_ARGS)
 
 export: $(STAMP)
 	$(VENV)/bin/nbdev_export && $(VENV)/bin/nbdev_clean
