@@ -739,6 +739,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                'mtnlg.patches.init_fake_process_group': ('patches.html#init_fake_process_group', 'mtnlg/patches.py'),
                                'mtnlg.patches.lean_bf16_grads': ('patches.html#lean_bf16_grads', 'mtnlg/patches.py'),
                                'mtnlg.patches.load_lm_eval_yaml': ('patches.html#load_lm_eval_yaml', 'mtnlg/patches.py'),
+                               'mtnlg.patches.loud_imports': ('patches.html#loud_imports', 'mtnlg/patches.py'),
                                'mtnlg.patches.megatron_rng_on_cpu': ('patches.html#megatron_rng_on_cpu', 'mtnlg/patches.py'),
                                'mtnlg.patches.module_moves_skipped': ('patches.html#module_moves_skipped', 'mtnlg/patches.py'),
                                'mtnlg.patches.pipe_without_values': ('patches.html#pipe_without_values', 'mtnlg/patches.py'),

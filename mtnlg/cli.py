@@ -55,6 +55,9 @@ def quiet_notices(verbose: bool = False) -> bool:
     os.environ["PYTHONWARNINGS"] = ",".join(rules + ([] if verbose else mine))
     if not verbose:
         for m in NOTICES: warnings.filterwarnings("ignore", message=re.escape(m), category=UserWarning)
+    else:                                             # mtnlg.patches hid them at its import, before argv was read
+        from mtnlg.patches import loud_imports
+        loud_imports()
     return not verbose
 
 def build_parser(argv=None):

@@ -10,14 +10,14 @@ from typing import Callable
 from importlib.metadata import version as installed_version
 
 # %% auto #0
-__all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'Patch', 'unchecked_note', 'quiet_imports', 'check_patches',
-           'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline', 'route_fp32_clipping', 'zero_ungraded',
-           'lean_bf16_grads', 'sync_free_bf16_step', 'reset_deepspeed_groups', 'skip_deepspeed_shm_build',
-           'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks', 'rank_zero_without_group',
-           'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon', 'row_parallel_linear',
-           'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout', 'load_lm_eval_yaml', 'quiet_lm_eval_run',
-           'datasets_offline', 'fake_tools', 'init_fake_process_group', 'module_moves_skipped', 'pipe_without_values',
-           'gpu_kernels']
+__all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'Patch', 'unchecked_note', 'quiet_imports', 'loud_imports',
+           'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline', 'route_fp32_clipping',
+           'zero_ungraded', 'lean_bf16_grads', 'sync_free_bf16_step', 'reset_deepspeed_groups',
+           'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
+           'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
+           'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
+           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools', 'init_fake_process_group',
+           'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -80,6 +80,11 @@ def quiet_imports(accelerator: bool = True):
     if not accelerator: return
     import torch
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available(): os.environ["DS_ACCELERATOR"] = "cpu"
+
+def loud_imports():
+    "Show the notices `quiet_imports` hid again (`mtnlg --verbose` is read after this module was imported)."
+    for m in IMPORT_NOTICES: warnings.filterwarnings("default", message=m, category=UserWarning)
+    for name in IMPORT_LOGGERS: logging.getLogger(name).setLevel(logging.NOTSET)
 
 quiet_imports(accelerator=False)          # at import (no library imported): whatever imports megatron-core next
 
@@ -164,13 +169,13 @@ def route_fp32_clipping(engine, norm_fn):
 
 # %% ../nbs/00b_patches.ipynb #f4ac6532
 def zero_ungraded(opt):
-    "Zero the fp32 gradient slices of `opt` no backward wrote since its last step, and count them written."
+    "Zero the fp32 gradient slices of `opt` no backward wrote since its last step (once a step)."
     import torch
-    stale = []
-    for grads, written in zip(opt.fp32_groups_gradients, opt.fp32_groups_has_gradients):
-        stale += [g for g, w in zip(grads, written) if not w]
-        written[:] = [True] * len(written)            # a zero gradient: adds nothing to the norm, clipped to zero
+    if getattr(opt, "_ungraded_zeroed", False): return  # reset by lean_bf16_grads' clear
+    stale = [g for grads, written in zip(opt.fp32_groups_gradients, opt.fp32_groups_has_gradients)
+             for g, w in zip(grads, written) if not w]   # still left out of the norm, as DeepSpeed leaves them
     if stale: torch._foreach_zero_(stale)
+    opt._ungraded_zeroed = True
 
 @_registered("deepspeed", "0.19.8",
              ["deepspeed.runtime.bf16_optimizer:BF16_Optimizer._update_hp_grad",
@@ -205,6 +210,7 @@ def lean_bf16_grads(engine, on: bool = True):
         lp.grad = None                                # kept, it would be zeroed and added to by the next backward
     def clear_hp_grads(self):                         # no memset: the next first gradient overwrites each slice
         for i, group in enumerate(self.fp32_groups_gradients): self.fp32_groups_has_gradients[i] = [False] * len(group)
+        self._ungraded_zeroed = False
     def reduce_grads(self):
         zero_ungraded(self.optimizer)                 # slices no backward wrote: zero before they are summed
         group = self.mpu.get_data_parallel_group()

@@ -18,7 +18,7 @@ from mtnlg.train import read_metrics, latest_checkpoint
 TRAIN_NB = ROOT / "nbs" / "11_train_job.ipynb"
 LAYOUT = dict(tp=2, pp=2, dp=2)
 OVERRIDES = dict(LAYOUT, steps=6, save_interval=2, data="mock", global_batch=8, precision="fp32")
-HANS = ROOT / "tests" / "data"                      # the committed HANS file: `--tasks hans --data tests/data`
+HANS = ROOT / "tests" / "data"                      # the committed HANS file: `--tasks hans --eval-dir tests/data`
 CLI = "import sys; from mtnlg.cli import main; sys.exit(main())"
 
 
@@ -234,7 +234,7 @@ INFER_SCRIPT = """#!/bin/bash
 cd {root}
 export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
 MTNLG_HOSTS_FILE={out}/eval-hosts.json {py} -c '{cli}' eval --checkpoint {run} --tp 2 --pp 2 --dp 2 --tasks hans \\
-  --shots 0 --limit 8 --data {data} --log-samples --out {out}/eval > {out}/eval.txt 2>&1; echo "eval rc=$?"
+  --shots 0 --limit 8 --eval-dir {data} --log-samples --out {out}/eval > {out}/eval.txt 2>&1; echo "eval rc=$?"
 MTNLG_HOSTS_FILE={out}/generate-hosts.json {py} -c '{cli}' generate --checkpoint {run} --tp 2 --pp 2 \\
   --prompts {prompts} --max-new-tokens 6 --quiet --out {out}/generate.json > {out}/generate.txt 2>&1
 echo "generate rc=$?"
@@ -252,7 +252,7 @@ def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference
     job = c.submit(script, "-N", "2", "--ntasks-per-node=4", "--time=00:30:00", name="infer")
     # meanwhile, the same on one host outside Slurm, on one process
     one = tmp_path / "one"
-    e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--data", HANS,
+    e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--eval-dir", HANS,
                "--log-samples", "--out", one / "eval", env=local_env())
     g1 = mtnlg("generate", "--checkpoint", reference, "--prompts", prompts, "--max-new-tokens", 6, "--quiet",
                "--out", one / "generate.json", env=local_env())
@@ -287,7 +287,7 @@ tiny = ["--steps", "2", "--global-batch", "8", "--data", "mock", "--no-progress"
 run("train", "--tp", "2", "--pp", "2", "--dp", "4", "--out", "{out}/more-nodes", *tiny)
 run("train", "--tp", "8", "--heads", "8", "--out", "{out}/tp-too-wide", *tiny)
 run("train", "--tp", "2", "--pp", "3", "--out", "{out}/tp-across", *tiny)
-run("eval", "--checkpoint", "{run}", "--tp", "2", "--pp", "2", "--dp", "3", "--tasks", "hans", "--data", "{data}")
+run("eval", "--checkpoint", "{run}", "--tp", "2", "--pp", "2", "--dp", "3", "--tasks", "hans", "--eval-dir", "{data}")
 run("generate", "--checkpoint", "{run}", "--tp", "2", "--pp", "3", "--prompt", "hi")
 from mtnlg.jobs import place, PlacementError
 try: place(2, 2, 2, nodes=3)

@@ -279,7 +279,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_d
                  timeout=600),
             _run([exe, "export", "--checkpoint", "run", "--out", "hf"], cwd=cwd, env=env, timeout=600),
             _run([exe, "eval", "--checkpoint", "run", "--tasks", "lambada", "--shots", "0", "--limit", "4",
-                  "--data", fixture_data / "eval", "--verbose"], cwd=cwd, env=env, timeout=600)]
+                  "--eval-dir", fixture_data / "eval", "--verbose"], cwd=cwd, env=env, timeout=600)]
     assert (cwd / "hf" / "config.json").exists()
     assert re.search(r"lambada", runs[2].stdout + runs[2].stderr, re.I)
     for p in runs[:2]: assert WARNING not in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]   # quiet by default
