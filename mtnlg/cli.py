@@ -6,15 +6,15 @@
 from __future__ import annotations
 import argparse, importlib, os, re, sys, warnings
 from . import __version__
-from .config import ConfigError
+from .config import ConfigError, to_dict
 from .flags import with_defaults
 
 # %% auto #0
-__all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser', 'main']
+__all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser', 'checked', 'main']
 
 # %% ../nbs/90_cli.ipynb #460aa9c8
 COMMANDS = {
-    "plan":   ("mtnlg.dryrun:cli_parser", "mtnlg.dryrun",
+    "plan":   ("mtnlg.flags:plan_flags", "mtnlg.dryrun",
                "memory, FLOPs and 3D-layout planning; --dry-run runs a layout's ranks on fake tensors"),
     "data":   ("mtnlg.flags:data_flags", "mtnlg.corpus", "curate, tokenize and blend a training corpus"),
     "train":  ("mtnlg.flags:train_flags", "mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
@@ -73,6 +73,16 @@ def build_parser(argv=None):
         _flags(name)(p)
     return with_defaults(ap)
 
+def checked(args, ap):
+    "Run the launch's preflight (`mtnlg.preflight`, torch-free); a problem ends the command with one line."
+    from mtnlg.jobs import JobError
+    from mtnlg.preflight import preflight
+    what = " ".join([args.command] + ([args.job_command] if args.command == "job" else []))
+    try: cfg = preflight(args)
+    except ConfigError as e: ap.exit(2, f"mtnlg {what}: refused before launch: {e}\n")
+    except JobError as e: ap.exit(2, f"mtnlg {what}: {e}\n")
+    if cfg is not None: args.run_config = to_dict(cfg)
+
 def main(argv=None):
     "Entry point of the `mtnlg` console script."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -82,6 +92,7 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     if not args.command: ap.print_help(); return 0
+    checked(args, ap)                                # before the command's module (and torch) is imported
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
         ap.exit(2, f"mtnlg {args.command}: not available in this build yet "

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 # %% auto #0
-__all__ = ['PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'DataError', 'EvalError', 'ModelConfig', 'ParallelConfig',
-           'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths', 'resolve_key', 'overrides_to_dict', 'to_dict',
-           'from_dict', 'read_config_file', 'load_config', 'save_config', 'fsync_dir', 'atomic_path', 'atomic_file',
-           'atomic_write_text', 'cache_root', 'file_sha256', 'field_docs', 'add_config_args', 'given_overrides',
-           'config_from_args']
+__all__ = ['PRESETS', 'PAPER_PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'DataError', 'EvalError', 'ModelConfig',
+           'ParallelConfig', 'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths', 'resolve_key',
+           'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file', 'load_config', 'save_config', 'fsync_dir',
+           'atomic_path', 'atomic_file', 'atomic_write_text', 'cache_root', 'file_sha256', 'field_docs',
+           'add_config_args', 'given_overrides', 'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -154,7 +154,8 @@ class OptimConfig:
 @dataclass
 class DataConfig:
     "Where training tokens come from: 'mock' (megatron-core's mock dataset), an indexed-dataset prefix, or a blend file."
-    path: str = "mock"              # 'mock', a .bin/.idx prefix, or a blend spec (.json/.yaml)
+    path: str = "mock"              # 'mock', a .bin/.idx prefix, or a blend spec (.json/.yaml); '' (the paper
+                                    # presets'): none given yet, so a launch refuses it until one is
     tokenizer: str = "gpt2"         # 'gpt2' (GPT-2 BPE) or a sentencepiece .model path
     split: str = "969,30,1"         # train/valid/test split weights (Megatron style)
     cache_dir: str = ""             # where sample-index caches go ('' = beside the data)
@@ -247,7 +248,13 @@ PRESETS: dict[str, dict] = {
 }
 PRESETS["gpt3-1.3b"]["parallel"] = dict(micro_batch=4)
 PRESETS["gpt3-175b"]["parallel"] = dict(tp=8, pp=16, dp=8, micro_batch=1, checkpoint_activations=1)  # 1024 GPUs
-for big in ("gpt3-175b", "mtnlg-530b"): PRESETS[big]["keep_last"] = 3   # 2-6 TB a checkpoint: keep the newest three
+# The paper presets are two-day recipes: a checkpoint every Young/Daly interval of their own nodes (mtnlg.resilience:
+# 56 steps on 280 nodes, 90 on 128), written async, a validation loss every fourth checkpoint, and no data until the
+# user names a blend (or asks for data=mock by name)
+PAPER_PRESETS = ("gpt3-175b", "mtnlg-530b")
+for big, interval in zip(PAPER_PRESETS, (90, 56)):
+    PRESETS[big].update(keep_last=3, save_interval=interval, eval_interval=4 * interval, async_checkpoint=True,
+                        data=dict(path=""))                       # 2-6 TB a checkpoint: keep the newest three
 
 # %% ../nbs/00_config.ipynb #4c489c26
 ALIASES = dict(tp="parallel.tp", pp="parallel.pp", dp="parallel.dp", micro_batch="parallel.micro_batch",

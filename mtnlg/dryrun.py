@@ -288,7 +288,9 @@ def _report(r: dict) -> str:
 
 def cli_run(args) -> int:
     "`mtnlg plan`: the planner, or with `--dry-run` the layout's ranks run on fake tensors against it."
-    if not args.dry_run: return P.cli_run(args)
+    if not args.dry_run:
+        from mtnlg.resilience import print_schedule          # the paper presets' checkpoint interval (resilience)
+        return P.cli_run(args) or print_schedule(P.config_of_args(args), args)
     from mtnlg.topology import check_layout                   # imports torch: only when a dry run is asked
     cfg = P.config_of_args(args)
     check_layout(cfg, cfg.parallel.world_size)                # the layout's rules, before any rank is built

@@ -11,7 +11,7 @@ from .tasks import ENV_DATA, TASKS, VARIANTS
 # %% auto #0
 __all__ = ['LAYOUTS', 'PRECISIONS', 'DEMO_TASKS', 'ON_ERROR', 'ON_ERROR_HELP', 'HelpWithDefaults', 'with_defaults', 'Renamed',
            'renamed', 'progress_bar', 'model_flags', 'layout_flags', 'eval_data_flags', 'task_flags', 'progress_flag',
-           'train_flags', 'eval_flags', 'generate_flags', 'export_flags', 'import_hf_flags', 'data_flags',
+           'plan_flags', 'train_flags', 'eval_flags', 'generate_flags', 'export_flags', 'import_hf_flags', 'data_flags',
            'sources_flag', 'demo_flags']
 
 # %% ../nbs/89_flags.ipynb #86ff7440
@@ -94,6 +94,20 @@ def progress_flag(parser):
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (there is none off a terminal)")
 
 # %% ../nbs/89_flags.ipynb #1879d00a
+def plan_flags(parser):
+    "Flags of `mtnlg plan`: the planner's and the dry run's, and the failure model of the checkpoint interval."
+    from mtnlg.dryrun import cli_parser                 # torch-free at import
+    from mtnlg.resilience import NODE_FAILURES_PER_HOUR, RESTART_S, STORAGE_GB_PER_S
+    cli_parser(parser)
+    g = parser.add_argument_group("checkpoint interval of the paper presets (mtnlg.resilience)")
+    g.add_argument("--storage-gbps", type=float, default=STORAGE_GB_PER_S,
+                   help="GB/s the filesystem writes, all ranks together (an assumed round figure)")
+    g.add_argument("--node-failures-per-hour", type=float, default=NODE_FAILURES_PER_HOUR,
+                   help="failures of one node an hour (Llama 3: 419 in 54 days on 2,048 nodes)")
+    g.add_argument("--restart-s", type=float, default=RESTART_S,
+                   help="seconds from a failure to training again: requeue, start, load (assumed)")
+    return parser
+
 def train_flags(parser):
     "Flags of `mtnlg train`."
     add_config_args(parser)

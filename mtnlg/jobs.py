@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_jobs.ipynb #d2d07a3c
 from __future__ import annotations
-import argparse, datetime as _dt, json, logging, os, re, shlex, shutil, socket, subprocess, sys, time, warnings
+import argparse, ast, datetime as _dt, json, logging, os, re, shlex, shutil, socket, subprocess, sys, time, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -16,7 +16,7 @@ __all__ = ['SRUN_TASK_ENV', 'NODE_AGENT', 'ENV_ACTIVATE', 'NCCL_ENV', 'SBATCH_TE
            'check_parameters', 'default_kernel', 'new_run_dir', 'RunResult', 'run_notebook', 'expand_hostlist',
            'launch_command', 'PlacementError', 'Allocation', 'allocation', 'Placement', 'place', 'under_launcher',
            'launch_ranks', 'rank_entry', 'env_activate_line', 'SlurmSpec', 'render_sbatch', 'submit', 'parse_scontrol',
-           'job_info', 'wait_job', 'cancel', 'cli_parser', 'cli_run']
+           'job_info', 'wait_job', 'cancel', 'given_parameters', 'cli_parser', 'cli_run']
 
 # %% ../nbs/09_jobs.ipynb #63f40a06
 class JobError(ValueError):
@@ -56,9 +56,22 @@ def find_notebook(notebook) -> Path:
 
 # %% ../nbs/09_jobs.ipynb #5da6e83d
 def notebook_parameters(notebook) -> dict:
-    "The parameters a notebook declares: name -> {default, inferred_type_name, help} (papermill's view)."
-    import papermill
-    return papermill.inspect_notebook(str(find_notebook(notebook)))
+    "The parameters a notebook declares: name -> {name, inferred_type_name, default, help}, as papermill reads them."
+    nb = json.loads(find_notebook(notebook).read_text(encoding="utf-8"))      # without papermill's imports: fast
+    cell = next((c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    src = "".join(cell["source"]) if cell else ""
+    lines, out = src.splitlines(), {}
+    for node in ast.parse(src).body:
+        one = isinstance(node, ast.Assign) and len(node.targets) == 1
+        target = node.target if isinstance(node, ast.AnnAssign) and node.value is not None else \
+            node.targets[0] if one else None
+        if not isinstance(target, ast.Name): continue
+        rest = lines[node.end_lineno - 1][node.end_col_offset:]
+        out[target.id] = dict(name=target.id, inferred_type_name=ast.unparse(node.annotation)
+                              if isinstance(node, ast.AnnAssign) else "None",
+                              default=ast.get_source_segment(src, node.value),
+                              help=rest.split("#", 1)[1].strip() if "#" in rest else "")
+    return out
 
 def check_parameters(notebook, params: dict) -> dict:
     "The declared parameters of `notebook`; `JobError` naming unknown names and the valid list."
@@ -354,7 +367,7 @@ SBATCH_TEMPLATE = """\
 # Run directory (executed notebook, parameters, logs, checkpoints): {run_dir}
 {directives}
 
-# 1. Software environment (--env-activate): venv, conda (environments/environment.yml) or site modules.
+{run_config}# 1. Software environment (--env-activate): venv, conda (environments/environment.yml) or site modules.
 {env_activate}
 
 # 2. NCCL / InfiniBand for DGX nodes; a value already set by the site or the user wins.
@@ -391,6 +404,13 @@ checkpoint_then_requeue() {{
   scontrol requeue "$SLURM_JOB_ID"
 }}
 trap checkpoint_then_requeue USR1"""
+
+def _config_comment(run_config: dict | None) -> str:
+    "The run a job notebook will run (`mtnlg.preflight` resolved and checked it), as comment lines of the script."
+    if not run_config: return ""
+    lines = json.dumps(run_config, indent=1).splitlines()
+    return "# The run (checked by `mtnlg job submit`'s preflight: the config the notebook's first cell builds):\n" + \
+        "".join(f"#   {l}\n" for l in lines) + "\n"
 
 _TIME = re.compile(r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$")
 
@@ -435,7 +455,8 @@ class SlurmSpec:
 
 # %% ../nbs/09_jobs.ipynb #df2f496b
 def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name: str | None = None,
-                  env_activate: str | None = None, kernel: str | None = None, workdir=None) -> str:
+                  env_activate: str | None = None, kernel: str | None = None, workdir=None,
+                  run_config: dict | None = None) -> str:
     "The sbatch script that runs `notebook` with `params` under papermill on the allocation `spec`."
     spec.validate()
     nb, run_dir = find_notebook(notebook).resolve(), Path(run_dir).resolve()
@@ -465,7 +486,7 @@ def render_sbatch(notebook, params: dict, spec: SlurmSpec, run_dir, *, job_name:
         notebook_name=nb.name, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node, run_dir=run_dir,
         directives="\n".join(f"#SBATCH {x}" for x in d), env_activate=env_activate_line(env_activate),
         nccl_exports="\n".join(f'export {k}="${{{k}:-{v}}}"' for k, v in NCCL_ENV.items()),
-        trap=trap, run_command=run_cmd)
+        trap=trap, run_command=run_cmd, run_config=_config_comment(run_config))
 
 # %% ../nbs/09_jobs.ipynb #bca17aa2
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
@@ -483,11 +504,13 @@ def _slurm(*cmd, check=True) -> str:
 
 # %% ../nbs/09_jobs.ipynb #93994550
 def submit(notebook, params: dict | None = None, spec: SlurmSpec | None = None, *, name: str | None = None,
-           runs_root="runs", env_activate: str | None = None, kernel: str | None = None) -> tuple[str, Path]:
+           runs_root="runs", env_activate: str | None = None, kernel: str | None = None,
+           run_config: dict | None = None) -> tuple[str, Path]:
     "Render and `sbatch` a notebook job; (job id, run directory)."
     nb, spec, params = find_notebook(notebook), spec or SlurmSpec(), dict(params or {})
     rd = new_run_dir(name or nb.stem, runs_root).resolve()
-    script = render_sbatch(nb, params, spec, rd, job_name=name, env_activate=env_activate, kernel=kernel)
+    script = render_sbatch(nb, params, spec, rd, job_name=name, env_activate=env_activate, kernel=kernel,
+                           run_config=run_config)
     if shutil.which("sbatch") is None: _slurm("sbatch")
     rd.mkdir(parents=True)
     atomic_write_text(rd / "job.sbatch", script)
@@ -538,7 +561,8 @@ def _param_args(p):
     p.add_argument("--kernel", default=None,
                    help="Jupyter kernel (default $MTNLG_KERNEL or python3 = this interpreter)")
 
-def _params(args) -> dict:
+def given_parameters(args) -> dict:
+    "The notebook parameters of `mtnlg job run/submit`'s `-p` and `-r` flags."
     out = {k: parse_value(v) for k, v in args.parameter}
     out.update({k: v for k, v in args.raw})
     return out
@@ -587,23 +611,24 @@ def cli_parser(parser):
 def _cli(args) -> int:
     c = args.job_command
     if c == "run":
-        res = run_notebook(args.notebook, _params(args), name=args.name, runs_root=args.runs_dir,
+        res = run_notebook(args.notebook, given_parameters(args), name=args.name, runs_root=args.runs_dir,
                            run_dir=args.run_dir, kernel=args.kernel, echo=not args.quiet)
         print(f"{'done' if res.ok else 'FAILED'}: {res.notebook} ({res.seconds}s)"
               + (f"\n{res.error}" if res.error else ""))
         return 0 if res.ok else 1
     if c == "submit":
+        run_config = getattr(args, "run_config", None)      # the run the preflight checked (mtnlg.preflight)
         spec = SlurmSpec(nodes=args.nodes, gpus_per_node=args.gpus_per_node, partition=args.partition,
                          time=args.time, account=args.account, cpus_per_task=args.cpus_per_task,
                          ntasks_per_node=args.ntasks_per_node, exclusive=args.exclusive, requeue=args.requeue,
                          grace=args.requeue_grace, extra=args.sbatch_arg)
         if args.dry_run:
             rd = new_run_dir(args.name or Path(args.notebook).stem, args.runs_dir).resolve()
-            print(render_sbatch(args.notebook, _params(args), spec, rd, job_name=args.name,
-                                env_activate=args.env_activate, kernel=args.kernel), end="")
+            print(render_sbatch(args.notebook, given_parameters(args), spec, rd, job_name=args.name,
+                                env_activate=args.env_activate, kernel=args.kernel, run_config=run_config), end="")
             return 0
-        job, rd = submit(args.notebook, _params(args), spec, name=args.name, runs_root=args.runs_dir,
-                         env_activate=args.env_activate, kernel=args.kernel)
+        job, rd = submit(args.notebook, given_parameters(args), spec, name=args.name, runs_root=args.runs_dir,
+                         env_activate=args.env_activate, kernel=args.kernel, run_config=run_config)
         print(f"submitted job {job}; run directory {rd}\nfollow it: mtnlg job status "
               f"{job} / mtnlg job logs {job}")
         return 0
