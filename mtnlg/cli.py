@@ -73,15 +73,17 @@ def build_parser(argv=None):
         _flags(name)(p)
     return with_defaults(ap)
 
-def checked(args, ap):
-    "Run the launch's preflight (`mtnlg.preflight`, torch-free); a problem ends the command with one line."
+def checked(args) -> str | None:
+    "Run the launch's preflight (`mtnlg.preflight`, torch-free); the one line that refuses it, or None."
+    # here, not at the top: numpy and papermill-free notebook reading, needed by launches only, not by --help
     from mtnlg.jobs import JobError
-    from mtnlg.preflight import preflight
+    from mtnlg.preflight import preflight                # (the same reason)
     what = " ".join([args.command] + ([args.job_command] if args.command == "job" else []))
     try: cfg = preflight(args)
-    except ConfigError as e: ap.exit(2, f"mtnlg {what}: refused before launch: {e}\n")
-    except JobError as e: ap.exit(2, f"mtnlg {what}: {e}\n")
+    except ConfigError as e: return f"mtnlg {what}: refused before launch: {e}"
+    except JobError as e: return f"mtnlg {what}: {e}"
     if cfg is not None: args.run_config = to_dict(cfg)
+    return None
 
 def main(argv=None):
     "Entry point of the `mtnlg` console script."
@@ -92,7 +94,8 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     if not args.command: ap.print_help(); return 0
-    checked(args, ap)                                # before the command's module (and torch) is imported
+    refused = checked(args)                          # before the command's module (and torch) is imported
+    if refused: print(refused, file=sys.stderr); return 2
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
         ap.exit(2, f"mtnlg {args.command}: not available in this build yet "

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math
 from dataclasses import dataclass, asdict
-from .config import ConfigError, RunConfig
+from .config import PAPER_PRESETS, ConfigError, RunConfig
 from .plan import checkpoint_cost, get_cluster, predict_time
 
 # %% auto #0
@@ -73,7 +73,6 @@ def schedule_lines(s: dict) -> list[str]:
 
 def print_schedule(cfg: RunConfig, args) -> int:
     "`mtnlg plan`'s checkpoint lines for a paper preset (`PAPER_PRESETS`); 0."
-    from mtnlg.config import PAPER_PRESETS
     if getattr(args, "json", False) or getattr(args, "preset", None) not in PAPER_PRESETS: return 0
     f = Failures(args.node_failures_per_hour, args.storage_gbps, args.restart_s)
     for line in schedule_lines(checkpoint_schedule(cfg, args.nodes, f, args.iteration_time, args.cluster)): print(line)

@@ -136,22 +136,21 @@ def test_resilience_interval_is_young_daly_and_the_presets_use_it():
 
 
 @pytest.mark.slow
-def test_slurm_submit_refuses_and_without_preflight_the_job_fails_in_its_first_cell(slurm_cluster, tmp_path):
+def test_slurm_submit_refuses_and_without_it_the_job_meets_the_mistake_after_the_queue(slurm_cluster, tmp_path):
     env = dict(ENV, SLURM_CONF=str(slurm_cluster.conf))
     p, heavy = mtnlg("job", "submit", TRAIN_NOTEBOOK, "--gpus-per-node", 0, "--runs-dir", tmp_path, "-p", "preset",
-                     "demo", "-p", "overrides", json.dumps({"rampup_batch_start": 64}), "--ntasks-per-node", 8,
-                     env=env)
-    assert p.returncode == 2 and "rampup_batch_start: 64 exceeds global_batch 6" in p.stderr, p.stderr
+                     "tiny", "-p", "overrides", json.dumps({"rampup_batch_start": 64}), env=env)
+    assert p.returncode == 2 and "rampup_batch_start: 64 exceeds global_batch 16" in p.stderr, p.stderr
     assert heavy == [] and not list(tmp_path.iterdir())              # no script written, nothing queued
     # control: the same job submitted without submit's preflight queues and waits for its nodes; inside it, `mtnlg
     # job run` (the script's command) meets the mistake, after the queue, before the notebook starts
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
     try:
-        job, rd = submit_without_preflight(TRAIN_NOTEBOOK, {"preset": "demo", "overrides": {"rampup_batch_start": 64}},
-                                           SlurmSpec(gpus_per_node=0, ntasks_per_node=8, time="00:10:00"),
+        job, rd = submit_without_preflight(TRAIN_NOTEBOOK, {"preset": "tiny", "overrides": {"rampup_batch_start": 64}},
+                                           SlurmSpec(gpus_per_node=0, time="00:10:00"),
                                            runs_root=tmp_path)
         info = wait_job(job, timeout=300)
     finally: os.environ.pop("SLURM_CONF", None)
     log = (rd / f"slurm-{job}.out").read_text()
-    assert info["JobState"] == "FAILED" and "rampup_batch_start: 64 exceeds global_batch 6" in log, (info, log)
+    assert info["JobState"] == "FAILED" and "rampup_batch_start: 64 exceeds global_batch 16" in log, (info, log)
     assert not (rd / "11_train_job.ipynb").exists()                  # no rank, no kernel started
