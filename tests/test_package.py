@@ -291,7 +291,8 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_d
     site = Path(found[0]).parent
     assert site.is_relative_to(fresh_venv) and found[1:] == [str(site / "notebooks" / f"{n}.ipynb")
                                                              for n in (REPORT_NOTEBOOK, "11_train_job")]
-    script = _run([exe, "job", "submit", "11_train_job", "--dry-run", "--nodes", "2", "--requeue"], cwd=cwd, env=env).stdout
+    script = _run([exe, "job", "submit", "11_train_job", "--dry-run", "--nodes", "2", "--requeue", "-p", "overrides",
+                   '{"dp": 16, "global_batch": 32}'], cwd=cwd, env=env).stdout      # a layout that fills 2 x 8 GPUs
     assert f"mtnlg job run {found[2]} --run-dir" in script
     if fresh_venv.name == "venv-default":
         _run([exe, "job", "run", "11_train_job", "--run-dir", "job", "--quiet", "-p", "overrides",
