@@ -154,3 +154,14 @@ def test_slurm_submit_refuses_and_without_it_the_job_meets_the_mistake_after_the
     log = (rd / f"slurm-{job}.out").read_text()
     assert info["JobState"] == "FAILED" and "rampup_batch_start: 64 exceeds global_batch 16" in log, (info, log)
     assert not (rd / "11_train_job.ipynb").exists()                  # no rank, no kernel started
+
+
+def test_plan_prints_the_paper_jobs_interval_loss_and_overhead(capsys):
+    from mtnlg.cli import main
+    assert main(["plan", "--preset", "mtnlg-530b", "--tp", "8", "--pp", "35", "--nodes", "280"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints: every 56 steps" in out and re.search(r"loses about \d+ min", out) and "overhead 3.3%" in out
+    assert main(["plan", "--preset", "mtnlg-530b", "--tp", "8", "--pp", "35", "--nodes", "280", "--storage-gbps", "25"]) == 0
+    assert "checkpoints: every 108 steps" in capsys.readouterr().out        # the bandwidth the user sets
+    assert main(["plan", "--preset", "gpt3-1.3b", "--tp", "1", "--pp", "1", "--nodes", "1", "--gpus-per-node", "1"]) == 0
+    assert "checkpoints:" not in capsys.readouterr().out                    # control: not a paper preset
