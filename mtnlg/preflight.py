@@ -175,8 +175,10 @@ def preflight(args) -> RunConfig | None:
         cfg = _model_of(args.checkpoint)
         if cfg is None: return None
         m, tp, pp = cfg.model, args.tp, args.pp
-        if m.num_heads % tp: raise ConfigError(f"--tp {tp} does not divide the model's {m.num_heads} heads; pick a divisor")
-        if pp > m.num_layers: raise ConfigError(f"--pp {pp}: the model has {m.num_layers} layers; use --pp <= {m.num_layers}")
+        if m.num_heads % tp:
+            raise ConfigError(f"--tp {tp} does not divide the model's {m.num_heads} heads; pick a divisor")
+        if pp > m.num_layers:
+            raise ConfigError(f"--pp {pp}: the model has {m.num_layers} layers; use --pp <= {m.num_layers}")
         if tp * pp * getattr(args, "dp", 1) > 1: jobs.place(tp, pp, getattr(args, "dp", 1))
         return cfg
     return None

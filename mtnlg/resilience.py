@@ -46,8 +46,8 @@ def checkpoint_schedule(cfg: RunConfig, nodes: int | None = None, failures: Fail
     f, p = (failures or Failures()).validate(), cfg.parallel
     nodes = nodes or -(-p.world_size // p.gpus_per_node)
     cost = checkpoint_cost(cfg, f.storage_gb_per_s, p.gpus_per_node)
-    step_s = iteration_time or predict_time(cfg, get_cluster(cluster, nodes=nodes, gpus_per_node=p.gpus_per_node))[
-        "iteration_time"]
+    machines = get_cluster(cluster, nodes=nodes, gpus_per_node=p.gpus_per_node)
+    step_s = iteration_time or predict_time(cfg, machines)["iteration_time"]
     mtbf_s = 3600 / (f.node_failures_per_hour * nodes)
     save_s = cost["lost_per_save_sync_s"]                        # write + digest: until the checkpoint counts
     stall_s = cost["lost_per_save_async_s"] if cfg.async_checkpoint else save_s
