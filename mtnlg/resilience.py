@@ -72,8 +72,9 @@ def schedule_lines(s: dict) -> list[str]:
             f"{100 * s['overhead']:.1f}% of the run; the filesystem writes {100 * s['storage_busy']:.1f}% of the time"]
 
 def print_schedule(cfg: RunConfig, args) -> int:
-    "`mtnlg plan`'s checkpoint lines for a paper preset (`PAPER_PRESETS`); 0."
-    if getattr(args, "json", False) or getattr(args, "preset", None) not in PAPER_PRESETS: return 0
+    "`mtnlg plan`'s checkpoint lines for one layout (`--tp`, `--pp`) of a paper preset (`PAPER_PRESETS`); 0."
+    one_layout = getattr(args, "cfg_tp", None) is not None and getattr(args, "cfg_pp", None) is not None
+    if getattr(args, "json", False) or not one_layout or getattr(args, "preset", None) not in PAPER_PRESETS: return 0
     f = Failures(args.node_failures_per_hour, args.storage_gbps, args.restart_s)
     for line in schedule_lines(checkpoint_schedule(cfg, args.nodes, f, args.iteration_time, args.cluster)): print(line)
     return 0
