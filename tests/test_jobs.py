@@ -8,7 +8,7 @@ import json, os, re, subprocess, sys, time
 from pathlib import Path
 import pytest
 from conftest import ROOT
-from mtnlg.jobs import SlurmSpec, JobError, launch_command, render_sbatch, wait_job, job_info
+from mtnlg.jobs import SlurmSpec, JobError, launch_command, notebook_parameters, render_sbatch, wait_job, job_info
 
 # The notebook the Slurm jobs execute. It declares out, nprocs, mode, fail, resume and wait_s; the lead switches
 # this to the training notebook (nbs/06_train.ipynb) once it exists, with the parameters it declares.
@@ -24,6 +24,21 @@ def mtnlg(*args, env=None, timeout=300):
                           env=env or ENV, timeout=timeout, cwd=ROOT)
 
 # ---------------------------------------------------------------- local runs (no Slurm)
+
+def test_notebook_parameters_read_as_papermill_reads_them(tmp_path):
+    "The parameters cell read without papermill (fast: the preflight's first step) gives papermill's answer."
+    import papermill
+    nbs = [TRAIN_NOTEBOOK, JOB_NOTEBOOK, ROOT / "nbs" / "12_demo_report.ipynb"]
+    for nb in nbs: assert notebook_parameters(nb) == papermill.inspect_notebook(str(nb)), nb
+    # control: a parameter added to a copy is seen by both readers, and the copy differs from the original
+    nb = json.loads(TRAIN_NOTEBOOK.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]) + '\nextra: int = 3   # a new one\n'
+    (tmp_path / "x.ipynb").write_text(json.dumps(nb))
+    mine = notebook_parameters(tmp_path / "x.ipynb")
+    assert mine == papermill.inspect_notebook(str(tmp_path / "x.ipynb")) and mine["extra"]["help"] == "a new one"
+    assert mine != notebook_parameters(TRAIN_NOTEBOOK)
+
 
 def test_run_refuses_unknown_parameter_before_running(tmp_path):
     p = mtnlg("job", "run", JOB_NOTEBOOK, "-p", "nproc", "2", "--runs-dir", tmp_path)
