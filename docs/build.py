@@ -44,9 +44,11 @@ def skipped(cell) -> bool:
 
 def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
-def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None):
+def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None,
+            env: dict | None = None):
     """The notebook at `path` executed in a fresh kernel in nbs/, as nbdev's test runner would (cells it skips stay
-    unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept)."""
+    unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept); `env`: more
+    variables for the kernel."""
     from nbclient import NotebookClient
     nb = read_nb(path)
     kept = {}
@@ -57,8 +59,8 @@ def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters
             if parameters and "parameters" in c.metadata.get("tags", []):
                 kept[id(c)] = c.source
                 c.source += "\n" + "".join(f"\n{k} = {v!r}" for k, v in parameters.items())
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(IN_TEST="1", PYTHONHASHSEED="0")     # as nbdev's test runner; hashing (set order) fixed
+    extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(IN_TEST="1", PYTHONHASHSEED="0", **extra)     # as nbdev's test runner; hashing (set order) fixed
     # tqdm's advice in a kernel without ipywidgets (not in the pinned environment): its bars print as text
     env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
     # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
@@ -312,6 +314,35 @@ def noise(nb) -> list[str]:
     return [f"{_cell(i, src)} writes to stderr or fails: {n[:400]!r}"
             for i, (src, _, _, n) in enumerate(output_summary(nb)) if n]
 
+# Numbers in outputs are compared as a reader reads them, the text around them exactly. Another CPU (its vector
+# width, its BLAS's path, its thread count) sums in another order and changes a float's last bits, which a number
+# printed with enough digits shows (`gnorm 2.119399` here, `2.119398` there); a bf16 step carries such a change up
+# to bf16's own precision (4e-3: a loss 7.0299 here, 7.0307 there after two steps). Two printed decimals match when
+# they agree to RTOL of their size (three significant digits: a digit that matters differs by more), or lie within
+# ATOL of each other (rounding noise around zero: a largest difference 6e-08 here, 1.2e-07 there; -0.0 and 0.0).
+# Integers (counts, steps, sizes) and every other character are compared exactly, but for the width of the spaces
+# that pad a table's columns (a number one character longer moves them).
+RTOL = 1e-3
+ATOL = 1e-6
+# a decimal with a point or an exponent, signed, not part of a name or a version (`v0.19`, `0.19.2`, `x1.5`)
+NUMBER = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+))(?!\.?\d)")
+
+def numbers_match(x: str, y: str) -> bool:
+    "Two printed decimals are the same number as a reader reads it (RTOL, ATOL)."
+    a, b = float(x), float(y)
+    return abs(a - b) <= max(RTOL * max(abs(a), abs(b)), ATOL)
+
+def first_difference(a: str, b: str) -> int | None:
+    "Where output text `a` first differs from `b` as a reader reads it (decimals to RTOL/ATOL), or None."
+    pa, pb = NUMBER.split(a), NUMBER.split(b)
+    at = 0
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        same = numbers_match(x, y) if i % 2 else re.sub(r"[ \t]+", " ", x) == re.sub(r"[ \t]+", " ", y)
+        if not same: return at + (next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+                                  if i % 2 == 0 else 0)
+        at += len(x)
+    return None if len(pa) == len(pb) else at
+
 def compare(stem: str, committed, fresh) -> list[str]:
     "Where the committed outputs of notebook `stem` differ from a fresh execution's (`fresh`), or hold noise."
     name = f"nbs/{stem}.ipynb"
@@ -320,9 +351,9 @@ def compare(stem: str, committed, fresh) -> list[str]:
            for p in noise(fresh)]
     for i, (a, b) in enumerate(zip(output_summary(committed), output_summary(fresh))):
         if a[0] != b[0]: return bad + [f"{name}: {_cell(i, b[0])}: the committed notebook is not the one executed"]
-        if a[1:3] != b[1:3]:
-            what, x, y = ("text", a[1], b[1]) if a[1] != b[1] else ("images", a[2], b[2])
-            k = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        k = first_difference(a[1], b[1])
+        if k is not None or a[2] != b[2]:
+            what, x, y = ("text", a[1], b[1]) if k is not None else ("images", a[2], b[2])
             s = max(0, k - 150) if what == "text" else 0
             bad.append(f"{name}: {_cell(i, a[0])}: committed {what} differs from this run's"
                        f"{f' (at character {k})' if what == 'text' else ''}:\n  committed: {x[s:s + 300]!r}\n"
