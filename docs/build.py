@@ -122,18 +122,94 @@ def for_page(nb, note: str):
 def modules() -> list[str]:
     return [f"mtnlg.{p.stem}" for p in sorted((ROOT / "mtnlg").glob("*.py")) if not p.stem.startswith("_")]
 
+def comments_of(src: str) -> dict[int, list[str]]:
+    """Each line's comment in Python source `src` (1-based line: its lines), a comment that continues on the
+    comment-only lines below it taken whole (`x: int = 0   # the first line\n             # the second`)."""
+    import io, tokenize
+    lines, out, last = src.splitlines(), {}, None
+    try: toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (tokenize.TokenError, SyntaxError): return {}
+    for t in toks:
+        if t.type != tokenize.COMMENT: continue
+        row, text = t.start[0], t.string.lstrip("#").strip()
+        alone = not lines[row - 1][:t.start[1]].strip()
+        if alone and last is not None and last[1] == row - 1: out[last[0]].append(text); last = (last[0], row)
+        elif not alone: out[row] = [text]; last = (row, row)
+        else: last = None
+    return out
+
+def _args(node, src: str, comments: dict, drop_first: bool) -> list[tuple[str, list]]:
+    "(`name: type = default`, its whole comment) per parameter of function node `node`, as its source writes them."
+    import ast
+    a, seg = node.args, lambda n: ast.get_source_segment(src, n)
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + a.defaults
+    items = [(x, d, "") for x, d in zip(pos, defaults)]
+    if drop_first and items: items = items[1:]
+    if a.vararg: items.append((a.vararg, None, "*"))
+    elif a.kwonlyargs: items.append((None, None, "*"))
+    items += [(x, d, "") for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg: items.append((a.kwarg, None, "**"))
+    out, rows = [], []
+    for x, d, star in items:
+        if x is None: out.append(("*", [])); rows.append(None); continue
+        text = star + x.arg + (f": {seg(x.annotation)}" if x.annotation else "")
+        text += (f" = {seg(d)}" if x.annotation else f"={seg(d)}") if d is not None else ""
+        out.append((text, comments.get((d or x).end_lineno, [])))
+        rows.append((d or x).end_lineno)
+    # a comment documents the last parameter on its line
+    return [(t, c if r is None or r not in rows[i + 1:] else []) for i, ((t, c), r) in enumerate(zip(out, rows))]
+
+def _commented(items: list[tuple[str, list]], width: int) -> str:
+    "Lines `    text  # comment`, the comments aligned, one of several lines continued under its first."
+    out = []
+    for text, comment in items:
+        lines = [f"{text:<{width}}  # {c}" if j == 0 else f"{'':<{width}}  # {c}" for j, c in enumerate(comment)]
+        out += [f"    {line}".rstrip() for line in lines or [text]]
+    return "\n".join(out) + "\n"
+
+def _lines(items: list[tuple[str, list]]) -> str:
+    "Parameters one a line with their comments, or on one line when none has a comment."
+    if not any(c for _, c in items): return ", ".join(t for t, _ in items)
+    return "\n" + _commented([(t + ",", c) for t, c in items], max(len(t) for t, _ in items) + 1)
+
+def signature(obj, name: str) -> str:
+    """How the reader's code calls or declares `obj`: `def f(x: int = 0)`, `class C(a, b)` (its constructor),
+    `class E(ValueError)`, a dataclass with its fields; each parameter's comment whole."""
+    import ast, dataclasses, textwrap
+    if inspect.isclass(obj) and issubclass(obj, BaseException):
+        return f"class {name}({', '.join(b.__name__ for b in obj.__bases__)})"
+    try: src = textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError): return f"{'class' if inspect.isclass(obj) else 'def'} {name}{inspect.signature(obj)}"
+    node, comments = ast.parse(src).body[0], comments_of(src)
+    if inspect.isclass(obj):
+        lines = src.splitlines()
+        deco = "".join(f"@{ast.get_source_segment(src, d)}\n" for d in node.decorator_list)
+        head = deco + f"class {name}" + (f"({', '.join(ast.get_source_segment(src, b) for b in node.bases)})"
+                                         if node.bases else "")
+        if dataclasses.is_dataclass(obj):
+            fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
+            body = [" ".join(lines[f.lineno - 1][f.col_offset:f.end_col_offset].split()) for f in fields]
+            items = [(b, comments.get(f.end_lineno, [])) for b, f in zip(body, fields)]
+            return head + ":\n" + _commented(items, max(map(len, body), default=0)).rstrip("\n")
+        init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None: return head
+        return f"class {name}({_lines(_args(init, src, comments, drop_first=True))})"
+    ret = f" -> {ast.get_source_segment(src, node.returns)}" if node.returns else ""
+    kind = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    return f"{kind} {name}({_lines(_args(node, src, comments, drop_first=False))}){ret}"
+
 def api_page(modname: str) -> str:
-    "Markdown for one module: its docstring, then nbdev's `show_doc` of every public function and class."
-    from nbdev.showdoc import show_doc
+    "Markdown for one module: its docstring, then each public function's and class's signature and docstring."
     importlib.import_module("mtnlg.topology")      # quiets megatron-core's import notices before any module loads it
     m = importlib.import_module(modname)
     out = [f"# {modname}", "", inspect.getdoc(m) or "", ""]
     for name in getattr(m, "__all__", []):
         obj = getattr(m, name, None)
         if not (inspect.isfunction(obj) or inspect.isclass(obj)): continue
-        md = show_doc(obj, name=name)._repr_markdown_()
-        md = "\n".join(l for l in md.splitlines() if not l.startswith("[source]("))
-        out.append(md.replace("\n---\n", "\n", 1).strip() + "\n")
+        doc = inspect.getdoc(obj) if inspect.isfunction(obj) or obj.__doc__ else ""
+        out += ["---", "", f"### {name}", "", "```python", signature(obj, name), "```", ""]
+        if doc: out += [f"*{doc}*", ""]
     return "\n".join(out)
 
 # --- the site -------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "docs"))
 import build as docs_build       # docs/build.py
 
-pytestmark = pytest.mark.slow      # the site built from every notebook's committed outputs, chromium
+slow = pytest.mark.slow            # the site built from every notebook's committed outputs, chromium
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -97,6 +97,25 @@ def expected_images(nb_path: Path) -> int:
     nb = json.loads(nb_path.read_text())
     return sum(1 for c in nb["cells"] for o in c.get("outputs", []) if set(o.get("data", {})) & set(docs_build.IMAGE_TYPES))
 
+# The page's tables a reader sees cut at the browser's 1280 px window: partly hidden though they fit the column when
+# their text wraps, or running off the page with no box to scroll them in. `strip` removes the site's stylesheet.
+TABLES_CUT = r"""((strip) => {
+  if (strip) document.querySelectorAll('link[href*="extra.css"]').forEach(l => l.remove());
+  const cut = [];
+  for (const t of document.querySelectorAll('article table')) {
+    let e = t.parentElement, clip = null;
+    while (e && e !== document.body && !clip) { if (getComputedStyle(e).overflowX !== 'visible') clip = e; e = e.parentElement; }
+    const right = clip ? clip.getBoundingClientRect().right : document.documentElement.clientWidth;
+    if (t.getBoundingClientRect().right <= right + 1) continue;                  // shown whole
+    const style = t.style.cssText; t.style.width = 'min-content'; t.style.maxWidth = 'none';
+    const least = t.getBoundingClientRect().width; t.style.cssText = style;
+    const scrolls = clip && ['auto', 'scroll'].includes(getComputedStyle(clip).overflowX);
+    if (!scrolls) cut.push(['runs off the page', t.innerText.slice(0, 60)]);
+    else if (least <= clip.clientWidth + 1) cut.push(['partly hidden though it fits', t.innerText.slice(0, 60)]);
+  }
+  return cut;
+})"""
+
 PAGE_INFO = """(() => ({
   title: document.title,
   text: document.querySelector('article') ? document.querySelector('article').innerText.length : 0,
@@ -105,6 +124,7 @@ PAGE_INFO = """(() => ({
   ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
 }))()"""
 
+@slow
 def test_site_has_home_notebook_pages_api_and_search(site):
     out, notes = site
     assert "Megatron-Turing NLG 530B" in (out / "index.html").read_text()          # the README is the home page
@@ -115,6 +135,10 @@ def test_site_has_home_notebook_pages_api_and_search(site):
         assert mod in page, mod
     cfg = (out / "api" / "mtnlg.config.html").read_text()
     assert "load_config" in cfg and "transformer blocks" in cfg        # a docstring and an inline parameter doc
+    text = re.sub(r"<[^>]+>", "", cfg)
+    assert "class ConfigError(ValueError)" in text and "class ParallelConfig:" in text, text[:2000]
+    assert "# cuBLASLt&#39;s epilogue on a GPU" in text or "# cuBLASLt's epilogue on a GPU" in text   # a comment's line 2
+    assert not [m for m in docs_build.modules() if "VAR_POSITIONAL" in (out / "api" / f"{m}.html").read_text()]
     index = json.loads((out / "search" / "search_index.json").read_text())
     locs = {d["location"].split("#")[0] for d in index["docs"]}
     assert {"index.html", "nbs/01_memory.html", "api/mtnlg.config.html"} <= locs, sorted(locs)[:20]
@@ -122,16 +146,18 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     assert not missing, \
         f"pages of notebooks committed without outputs: run `make outputs STEMS=\"{' '.join(missing)}\"`"
 
+@slow
 def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, browser):
     out, _ = site
     pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html")
-    info, plots = {}, {}
+    info, plots, tables_cut = {}, {}, {}
     for page in pages:
         browser.open(served + page)
         info[page] = browser.eval(PAGE_INFO)
         assert info[page]["text"] > 0, f"{page} shows no content"
         src = out / Path(page).with_suffix(".ipynb")
         if page.startswith("nbs/"): plots[page] = expected_images(src)
+        tables_cut[page] = browser.eval(TABLES_CUT + "(false)")
         broken_imgs = [src for src, ok in info[page]["images"] if not ok]
         assert not broken_imgs, f"{page}: images that do not render: {broken_imgs}"
         assert len(info[page]["images"]) >= plots.get(page, 0), \
@@ -150,9 +176,12 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
                 if ids is None: ids = re.findall(r'\bid="([^"]+)"', f.read_text())
                 if urllib.parse.unquote(u.fragment) not in ids: broken.append(f"{page} -> {href} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:30])
+    tables_cut = {k: v for k, v in tables_cut.items() if v}
+    assert not tables_cut, f"tables cut at 1280 px (docs/assets/stylesheets/extra.css): {tables_cut}"
     assert len(info["index.html"]["images"]) >= 1                   # the README's figures
     assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks' committed outputs should show theirs"
 
+@slow
 def test_search_finds_a_notebook_page(served, browser):
     browser.open(served + "index.html")
     hits = browser.eval("""new Promise(done => {
@@ -167,6 +196,25 @@ def test_search_finds_a_notebook_page(served, browser):
 STDERR_BLOCKS = """Array.from(document.querySelectorAll('article [data-mime-type="application/vnd.jupyter.stderr"]'))
   .map(e => e.innerText.trim().slice(0, 200))"""
 
+@slow
+def test_wide_tables_are_shown_whole_or_scroll_in_their_box(site, served, browser):
+    """The demo report's evaluation table (wider than the column as its cells' text runs) is shown whole at 1280 px,
+    its text wrapped; the dry-run table of 01_memory too; control: without the site's stylesheet the same page
+    hides its evaluation table's last columns (the 5-shot and paper ones)."""
+    browser.open(served + "nbs/12_demo_report.html")
+    wide = browser.eval("""Array.from(document.querySelectorAll('article table')).filter(t => {
+      const s = t.style.cssText; t.style.width = 'max-content'; t.style.maxWidth = 'none';
+      const w = t.getBoundingClientRect().width; t.style.cssText = s; return w > t.parentElement.clientWidth + 1; })
+      .map(t => t.innerText.slice(0, 40))""")
+    assert any("5-shot" in w for w in wide), wide                # the evaluation table needs more than the column
+    assert browser.eval(TABLES_CUT + "(false)") == []
+    control = browser.eval(TABLES_CUT + "(true)")
+    assert any(why == "partly hidden though it fits" and "5-shot" in text for why, text in control), control
+    browser.open(served + "nbs/01_memory.html")
+    assert browser.eval(TABLES_CUT + "(false)") == []
+    assert browser.eval(TABLES_CUT + "(true)"), "01_memory's dry-run table fits without the site's stylesheet"
+
+@slow
 def test_no_page_shows_a_stderr_block(site, served, browser, tmp_path, monkeypatch):
     "No notebook page shows stderr; control: a site of one notebook whose committed outputs hold a warning shows it."
     out, _ = site
@@ -214,6 +262,7 @@ def math_problems(browser, url, wait=30.0):
     return ([f"{m['math'] - m['typeset']} of {m['math']} formulas not typeset"] if m["typeset"] < m["math"] else []) + \
            ([f"{m['raw']} TeX delimiters shown as text"] if m["raw"] else []) + ([] if m["math"] else ["no math"])
 
+@slow
 def test_formulas_render_as_math_from_the_local_mathjax(site, served, browser):
     "01_memory's formulas are typeset by the site's own MathJax (no CDN); control: with that file blocked, raw TeX."
     out, _ = site
@@ -251,6 +300,7 @@ CODE_WIDTH = r"""((strip) => {
           longest: Math.max(...pres.map(p => Math.max(...p.textContent.split('\n').map(l => l.length))))};
 })"""
 
+@slow
 def test_code_lines_are_not_cut(site, served, browser):
     """A code line of up to 110 characters fits the content column at 1280 px, and no line is hidden (a longer one
     wraps); control: the same page without the site's stylesheet (docs/assets/stylesheets/extra.css) cuts lines."""
@@ -261,3 +311,33 @@ def test_code_lines_are_not_cut(site, served, browser):
     assert w["cut"] == [], w
     control = browser.eval(CODE_WIDTH + "(true)")
     assert control["line"] < control["need110"] and len(control["cut"]) > 5, control
+
+# --- the API reference (issue 52) ---------------------------------------------------------------------------------
+class _Settings:
+    "A class with a constructor (for the API test)."
+    def __init__(self, path, retries: int = 3):   # how often to try
+        pass
+
+def _call(a: int,          # the first
+          b: str = "x",    # the second, which goes on
+                           # on a second line
+          *, c=None) -> dict:
+    "A function with inline parameter docs (for the API test)."
+
+def test_api_signatures_read_as_the_code_declares_them():
+    """Exceptions as `class E(Base)`, dataclasses with their fields, classes by their constructor, functions by their
+    parameters; a comment over several lines shown whole. Controls: nbdev's show_doc renders them otherwise."""
+    from mtnlg.config import ConfigError, ParallelConfig
+    assert docs_build.signature(ConfigError, "ConfigError") == "class ConfigError(ValueError)"
+    sig = docs_build.signature(ParallelConfig, "ParallelConfig")
+    assert sig.startswith("@dataclass\nclass ParallelConfig:\n    tp: int = 1 ") and "tp=1: a block's four" in sig, sig
+    first, second = [l for l in sig.splitlines() if "bias_in_gemm" in l or "cuBLASLt's epilogue" in l]
+    assert first.index("#") == second.index("#"), sig                    # the comment's second line, under its first
+    assert docs_build.signature(_Settings, "_Settings") == \
+        "class _Settings(\n    path,\n    retries: int = 3,  # how often to try\n)"     # the line's last parameter
+    assert docs_build.signature(_call, "_call") == (
+        'def _call(\n    a: int,        # the first\n    b: str = "x",  # the second, which goes on\n'
+        '                   # on a second line\n    *,\n    c=None,\n) -> dict')
+    from nbdev.showdoc import show_doc                                   # the controls: what the reference showed
+    assert "VAR_POSITIONAL" in show_doc(ConfigError)._repr_markdown_()
+    assert "cuBLASLt" not in show_doc(ParallelConfig)._repr_markdown_()
