@@ -284,7 +284,10 @@ PARAMETERS = {"12_demo_report": {"demo_dir": "../.build/outputs/demo"},
               "11_train_job": {"out": "../.build/outputs/train_job"}}
 MADE_WITH = {"12_demo_report": ["demo"]}                 # modules that made a notebook's inputs, beside its imports
 # The README's figures (docs/images): each the first image among the outputs of the notebook's cell that holds the
-# marker, so a figure is byte for byte what the committed notebook shows (`figure_problems` checks it).
+# marker, so a figure is byte for byte what the committed notebook shows (`figure_problems` checks it). The check
+# compares two committed files that one `make outputs` run wrote together, never a figure drawn on this machine: it
+# holds on any CPU. (A figure drawn again elsewhere differs in its pixels' last bits; the numbers behind it are the
+# notebook's printed outputs, compared to RTOL where the suite executes them.) Fingerprints hash source, no number.
 README_FIGURES = {"training.png": ("12_demo_report", 'save(fig, "training.png")'),
                   "blend.png": ("12_demo_report", 'save(fig, "blend.png")'),
                   "memory.png": ("12_demo_report", 'save(fig, "memory.png")'),

@@ -146,18 +146,25 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     assert not missing, \
         f"pages of notebooks committed without outputs: run `make outputs STEMS=\"{' '.join(missing)}\"`"
 
-@slow
-def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, browser):
+@pytest.fixture(scope="session")
+def survey(site, served, browser) -> dict:
+    "Every page of the site opened once: what PAGE_INFO finds, its cut tables (TABLES_CUT), its stderr blocks."
     out, _ = site
-    pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html")
-    info, plots, tables_cut = {}, {}, {}
-    for page in pages:
+    info = {}
+    for page in sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html"):
         browser.open(served + page)
-        info[page] = browser.eval(PAGE_INFO)
+        info[page] = dict(browser.eval(PAGE_INFO), tables_cut=browser.eval(TABLES_CUT + "(false)"),
+                          stderr=browser.eval(STDERR_BLOCKS))
+    return info
+
+@slow
+def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, survey):
+    out, _ = site
+    info, plots = survey, {}
+    for page in info:
         assert info[page]["text"] > 0, f"{page} shows no content"
         src = out / Path(page).with_suffix(".ipynb")
         if page.startswith("nbs/"): plots[page] = expected_images(src)
-        tables_cut[page] = browser.eval(TABLES_CUT + "(false)")
         broken_imgs = [src for src, ok in info[page]["images"] if not ok]
         assert not broken_imgs, f"{page}: images that do not render: {broken_imgs}"
         assert len(info[page]["images"]) >= plots.get(page, 0), \
@@ -176,7 +183,7 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
                 if ids is None: ids = re.findall(r'\bid="([^"]+)"', f.read_text())
                 if urllib.parse.unquote(u.fragment) not in ids: broken.append(f"{page} -> {href} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:30])
-    tables_cut = {k: v for k, v in tables_cut.items() if v}
+    tables_cut = {k: v["tables_cut"] for k, v in info.items() if v["tables_cut"]}
     assert not tables_cut, f"tables cut at 1280 px (docs/assets/stylesheets/extra.css): {tables_cut}"
     assert len(info["index.html"]["images"]) >= 1                   # the README's figures
     assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks' committed outputs should show theirs"
@@ -184,12 +191,15 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
 @slow
 def test_search_finds_a_notebook_page(served, browser):
     browser.open(served + "index.html")
+    # the query typed again each second until results show: one typed before the search worker has built its index
+    # (seconds on a busy machine) is not run again when it is ready
     hits = browser.eval("""new Promise(done => {
       const q = document.querySelector('input[data-md-component=search-query]');
-      q.focus(); q.value = 'planner'; q.dispatchEvent(new Event('input', {bubbles: true})); q.dispatchEvent(new KeyboardEvent('keyup'));
-      let n = 0; const t = setInterval(() => {
+      const type = () => { q.focus(); q.value = 'planner'; q.dispatchEvent(new Event('input', {bubbles: true}));
+                           q.dispatchEvent(new KeyboardEvent('keyup')); };
+      let n = 0; type(); const t = setInterval(() => {
         const r = Array.from(document.querySelectorAll('.md-search-result__link')).map(a => a.href);
-        if (r.length || ++n > 100) { clearInterval(t); done(r); } }, 100); })""")
+        if (r.length || ++n > 500) { clearInterval(t); done(r); } else if (n % 10 == 0) type(); }, 100); })""")
     assert any("01_memory" in h for h in hits), hits
 
 # mkdocs-jupyter's block for a cell's stderr (warnings, logs, progress bars), per page
@@ -215,14 +225,11 @@ def test_wide_tables_are_shown_whole_or_scroll_in_their_box(site, served, browse
     assert browser.eval(TABLES_CUT + "(true)"), "01_memory's dry-run table fits without the site's stylesheet"
 
 @slow
-def test_no_page_shows_a_stderr_block(site, served, browser, tmp_path, monkeypatch):
+def test_no_page_shows_a_stderr_block(site, served, browser, survey, tmp_path, monkeypatch):
     "No notebook page shows stderr; control: a site of one notebook whose committed outputs hold a warning shows it."
     out, _ = site
-    noisy = {}
-    for nb in docs_build.notebooks():
-        browser.open(served + f"nbs/{nb.stem}.html")
-        blocks = browser.eval(STDERR_BLOCKS)
-        if blocks: noisy[nb.stem] = blocks
+    noisy = {nb.stem: survey[f"nbs/{nb.stem}.html"]["stderr"] for nb in docs_build.notebooks()}
+    noisy = {k: v for k, v in noisy.items() if v}
     assert not noisy, f"pages with stderr blocks (fix the source, then `make outputs STEMS=...`): {noisy}"
     import nbformat
     (tmp_path / "nbs").mkdir()
