@@ -331,6 +331,7 @@ def _call(a: int,          # the first
           *, c=None) -> dict:
     "A function with inline parameter docs (for the API test)."
 
+@pytest.mark.filterwarnings("ignore:`cell_number` in settings.ini:DeprecationWarning")     # nbdev 2.4, for the controls
 def test_api_signatures_read_as_the_code_declares_them():
     """Exceptions as `class E(Base)`, dataclasses with their fields, classes by their constructor, functions by their
     parameters; a comment over several lines shown whole. Controls: nbdev's show_doc renders them otherwise."""
