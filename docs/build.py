@@ -160,11 +160,15 @@ def _args(node, src: str, comments: dict, drop_first: bool) -> list[tuple[str, l
     # a comment documents the last parameter on its line
     return [(t, c if r is None or r not in rows[i + 1:] else []) for i, ((t, c), r) in enumerate(zip(out, rows))]
 
+API_WIDTH = 108      # characters of a signature line on the API pages: a code block's width at a 1280 px window
+
 def _commented(items: list[tuple[str, list]], width: int) -> str:
-    "Lines `    text  # comment`, the comments aligned, one of several lines continued under its first."
+    "Lines `    text  # comment`, the comments aligned and wrapped to API_WIDTH under their first line."
+    import textwrap
     out = []
     for text, comment in items:
-        lines = [f"{text:<{width}}  # {c}" if j == 0 else f"{'':<{width}}  # {c}" for j, c in enumerate(comment)]
+        lines = textwrap.wrap(" ".join(comment), max(30, API_WIDTH - 4 - width - 4))
+        lines = [f"{text if j == 0 else '':<{width}}  # {c}" for j, c in enumerate(lines)]
         out += [f"    {line}".rstrip() for line in lines or [text]]
     return "\n".join(out) + "\n"
 
@@ -415,10 +419,11 @@ def first_difference(a: str, b: str) -> int | None:
     "Where output text `a` first differs from `b` as a reader reads it (decimals to RTOL/ATOL), or None."
     pa, pb = NUMBER.split(a), NUMBER.split(b)
     at = 0
-    for i, (x, y) in enumerate(zip(pa, pb)):
-        same = numbers_match(x, y) if i % 2 else re.sub(r"[ \t]+", " ", x) == re.sub(r"[ \t]+", " ", y)
-        if not same: return at + (next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-                                  if i % 2 == 0 else 0)
+    pad = lambda t: re.sub(r"[ \t]+", " ", t)           # a table's padding: runs of spaces as one
+    for i, (x, y) in enumerate(zip(pa, pb)):             # text, number, text, number, ..., text
+        if i % 2 and not numbers_match(x, y): return at
+        if not i % 2 and pad(x) != pad(y):
+            return at + next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
         at += len(x)
     return None if len(pa) == len(pb) else at
 

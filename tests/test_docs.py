@@ -104,7 +104,10 @@ TABLES_CUT = r"""((strip) => {
   const cut = [];
   for (const t of document.querySelectorAll('article table')) {
     let e = t.parentElement, clip = null;
-    while (e && e !== document.body && !clip) { if (getComputedStyle(e).overflowX !== 'visible') clip = e; e = e.parentElement; }
+    while (e && e !== document.body && !clip) {
+      if (getComputedStyle(e).overflowX !== 'visible') clip = e;
+      e = e.parentElement;
+    }
     const right = clip ? clip.getBoundingClientRect().right : document.documentElement.clientWidth;
     if (t.getBoundingClientRect().right <= right + 1) continue;                  // shown whole
     const style = t.style.cssText; t.style.width = 'min-content'; t.style.maxWidth = 'none';
@@ -137,7 +140,8 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     assert "load_config" in cfg and "transformer blocks" in cfg        # a docstring and an inline parameter doc
     text = re.sub(r"<[^>]+>", "", cfg)
     assert "class ConfigError(ValueError)" in text and "class ParallelConfig:" in text, text[:2000]
-    assert "# cuBLASLt&#39;s epilogue on a GPU" in text or "# cuBLASLt's epilogue on a GPU" in text   # a comment's line 2
+    whole = re.sub(r"\s*\n\s*#\s*", " ", text)                     # a field's comment over several lines, whole
+    assert re.search(r"cuBLASLt(&#39;|')s epilogue on a GPU\) instead of an add after it; same math", whole)
     assert not [m for m in docs_build.modules() if "VAR_POSITIONAL" in (out / "api" / f"{m}.html").read_text()]
     index = json.loads((out / "search" / "search_index.json").read_text())
     locs = {d["location"].split("#")[0] for d in index["docs"]}
@@ -341,11 +345,12 @@ def test_api_signatures_read_as_the_code_declares_them():
     assert sig.startswith("@dataclass\nclass ParallelConfig:\n    tp: int = 1 ") and "tp=1: a block's four" in sig, sig
     first, second = [l for l in sig.splitlines() if "bias_in_gemm" in l or "cuBLASLt's epilogue" in l]
     assert first.index("#") == second.index("#"), sig                    # the comment's second line, under its first
+    assert max(map(len, sig.splitlines())) <= docs_build.API_WIDTH, sig   # no line to scroll sideways to
     assert docs_build.signature(_Settings, "_Settings") == \
         "class _Settings(\n    path,\n    retries: int = 3,  # how often to try\n)"     # the line's last parameter
     assert docs_build.signature(_call, "_call") == (
-        'def _call(\n    a: int,        # the first\n    b: str = "x",  # the second, which goes on\n'
-        '                   # on a second line\n    *,\n    c=None,\n) -> dict')
+        'def _call(\n    a: int,        # the first\n    b: str = "x",  # the second, which goes on on a second line\n'
+        '    *,\n    c=None,\n) -> dict')                       # a comment's lines joined, wrapped at API_WIDTH
     from nbdev.showdoc import show_doc                                   # the controls: what the reference showed
     assert "VAR_POSITIONAL" in show_doc(ConfigError)._repr_markdown_()
     assert "cuBLASLt" not in show_doc(ParallelConfig)._repr_markdown_()
