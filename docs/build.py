@@ -44,9 +44,11 @@ def skipped(cell) -> bool:
 
 def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
-def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None):
+def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None,
+            env: dict | None = None):
     """The notebook at `path` executed in a fresh kernel in nbs/, as nbdev's test runner would (cells it skips stay
-    unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept)."""
+    unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept); `env`: more
+    variables for the kernel."""
     from nbclient import NotebookClient
     nb = read_nb(path)
     kept = {}
@@ -57,8 +59,8 @@ def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters
             if parameters and "parameters" in c.metadata.get("tags", []):
                 kept[id(c)] = c.source
                 c.source += "\n" + "".join(f"\n{k} = {v!r}" for k, v in parameters.items())
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(IN_TEST="1", PYTHONHASHSEED="0")     # as nbdev's test runner; hashing (set order) fixed
+    extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env.update(IN_TEST="1", PYTHONHASHSEED="0", **extra)     # as nbdev's test runner; hashing (set order) fixed
     # tqdm's advice in a kernel without ipywidgets (not in the pinned environment): its bars print as text
     env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
     # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
@@ -120,18 +122,98 @@ def for_page(nb, note: str):
 def modules() -> list[str]:
     return [f"mtnlg.{p.stem}" for p in sorted((ROOT / "mtnlg").glob("*.py")) if not p.stem.startswith("_")]
 
+def comments_of(src: str) -> dict[int, list[str]]:
+    """Each line's comment in Python source `src` (1-based line: its lines), a comment that continues on the
+    comment-only lines below it taken whole (`x: int = 0   # the first line\n             # the second`)."""
+    import io, tokenize
+    lines, out, last = src.splitlines(), {}, None
+    try: toks = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (tokenize.TokenError, SyntaxError): return {}
+    for t in toks:
+        if t.type != tokenize.COMMENT: continue
+        row, text = t.start[0], t.string.lstrip("#").strip()
+        alone = not lines[row - 1][:t.start[1]].strip()
+        if alone and last is not None and last[1] == row - 1: out[last[0]].append(text); last = (last[0], row)
+        elif not alone: out[row] = [text]; last = (row, row)
+        else: last = None
+    return out
+
+def _args(node, src: str, comments: dict, drop_first: bool) -> list[tuple[str, list]]:
+    "(`name: type = default`, its whole comment) per parameter of function node `node`, as its source writes them."
+    import ast
+    a, seg = node.args, lambda n: ast.get_source_segment(src, n)
+    pos = a.posonlyargs + a.args
+    defaults = [None] * (len(pos) - len(a.defaults)) + a.defaults
+    items = [(x, d, "") for x, d in zip(pos, defaults)]
+    if drop_first and items: items = items[1:]
+    if a.vararg: items.append((a.vararg, None, "*"))
+    elif a.kwonlyargs: items.append((None, None, "*"))
+    items += [(x, d, "") for x, d in zip(a.kwonlyargs, a.kw_defaults)]
+    if a.kwarg: items.append((a.kwarg, None, "**"))
+    out, rows = [], []
+    for x, d, star in items:
+        if x is None: out.append(("*", [])); rows.append(None); continue
+        text = star + x.arg + (f": {seg(x.annotation)}" if x.annotation else "")
+        text += (f" = {seg(d)}" if x.annotation else f"={seg(d)}") if d is not None else ""
+        out.append((text, comments.get((d or x).end_lineno, [])))
+        rows.append((d or x).end_lineno)
+    # a comment documents the last parameter on its line
+    return [(t, c if r is None or r not in rows[i + 1:] else []) for i, ((t, c), r) in enumerate(zip(out, rows))]
+
+API_WIDTH = 108      # characters of a signature line on the API pages: a code block's width at a 1280 px window
+
+def _commented(items: list[tuple[str, list]], width: int) -> str:
+    "Lines `    text  # comment`, the comments aligned and wrapped to API_WIDTH under their first line."
+    import textwrap
+    out = []
+    for text, comment in items:
+        lines = textwrap.wrap(" ".join(comment), max(30, API_WIDTH - 4 - width - 4))
+        lines = [f"{text if j == 0 else '':<{width}}  # {c}" for j, c in enumerate(lines)]
+        out += [f"    {line}".rstrip() for line in lines or [text]]
+    return "\n".join(out) + "\n"
+
+def _lines(items: list[tuple[str, list]]) -> str:
+    "Parameters one a line with their comments, or on one line when none has a comment."
+    if not any(c for _, c in items): return ", ".join(t for t, _ in items)
+    return "\n" + _commented([(t + ",", c) for t, c in items], max(len(t) for t, _ in items) + 1)
+
+def signature(obj, name: str) -> str:
+    """How the reader's code calls or declares `obj`: `def f(x: int = 0)`, `class C(a, b)` (its constructor),
+    `class E(ValueError)`, a dataclass with its fields; each parameter's comment whole."""
+    import ast, dataclasses, textwrap
+    if inspect.isclass(obj) and issubclass(obj, BaseException):
+        return f"class {name}({', '.join(b.__name__ for b in obj.__bases__)})"
+    try: src = textwrap.dedent(inspect.getsource(obj))
+    except (OSError, TypeError): return f"{'class' if inspect.isclass(obj) else 'def'} {name}{inspect.signature(obj)}"
+    node, comments = ast.parse(src).body[0], comments_of(src)
+    if inspect.isclass(obj):
+        lines = src.splitlines()
+        deco = "".join(f"@{ast.get_source_segment(src, d)}\n" for d in node.decorator_list)
+        head = deco + f"class {name}" + (f"({', '.join(ast.get_source_segment(src, b) for b in node.bases)})"
+                                         if node.bases else "")
+        if dataclasses.is_dataclass(obj):
+            fields = [f for f in node.body if isinstance(f, ast.AnnAssign)]
+            body = [" ".join(lines[f.lineno - 1][f.col_offset:f.end_col_offset].split()) for f in fields]
+            items = [(b, comments.get(f.end_lineno, [])) for b, f in zip(body, fields)]
+            return head + ":\n" + _commented(items, max(map(len, body), default=0)).rstrip("\n")
+        init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None: return head
+        return f"class {name}({_lines(_args(init, src, comments, drop_first=True))})"
+    ret = f" -> {ast.get_source_segment(src, node.returns)}" if node.returns else ""
+    kind = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    return f"{kind} {name}({_lines(_args(node, src, comments, drop_first=False))}){ret}"
+
 def api_page(modname: str) -> str:
-    "Markdown for one module: its docstring, then nbdev's `show_doc` of every public function and class."
-    from nbdev.showdoc import show_doc
+    "Markdown for one module: its docstring, then each public function's and class's signature and docstring."
     importlib.import_module("mtnlg.topology")      # quiets megatron-core's import notices before any module loads it
     m = importlib.import_module(modname)
     out = [f"# {modname}", "", inspect.getdoc(m) or "", ""]
     for name in getattr(m, "__all__", []):
         obj = getattr(m, name, None)
         if not (inspect.isfunction(obj) or inspect.isclass(obj)): continue
-        md = show_doc(obj, name=name)._repr_markdown_()
-        md = "\n".join(l for l in md.splitlines() if not l.startswith("[source]("))
-        out.append(md.replace("\n---\n", "\n", 1).strip() + "\n")
+        doc = inspect.getdoc(obj) if inspect.isfunction(obj) or obj.__doc__ else ""
+        out += ["---", "", f"### {name}", "", "```python", signature(obj, name), "```", ""]
+        if doc: out += [f"*{doc}*", ""]
     return "\n".join(out)
 
 # --- the site -------------------------------------------------------------------------------------------------
@@ -206,7 +288,10 @@ PARAMETERS = {"12_demo_report": {"demo_dir": "../.build/outputs/demo"},
               "11_train_job": {"out": "../.build/outputs/train_job"}}
 MADE_WITH = {"12_demo_report": ["demo"]}                 # modules that made a notebook's inputs, beside its imports
 # The README's figures (docs/images): each the first image among the outputs of the notebook's cell that holds the
-# marker, so a figure is byte for byte what the committed notebook shows (`figure_problems` checks it).
+# marker, so a figure is byte for byte what the committed notebook shows (`figure_problems` checks it). The check
+# compares two committed files that one `make outputs` run wrote together, never a figure drawn on this machine: it
+# holds on any CPU. (A figure drawn again elsewhere differs in its pixels' last bits; the numbers behind it are the
+# notebook's printed outputs, compared to RTOL where the suite executes them.) Fingerprints hash source, no number.
 README_FIGURES = {"training.png": ("12_demo_report", 'save(fig, "training.png")'),
                   "blend.png": ("12_demo_report", 'save(fig, "blend.png")'),
                   "memory.png": ("12_demo_report", 'save(fig, "memory.png")'),
@@ -312,6 +397,36 @@ def noise(nb) -> list[str]:
     return [f"{_cell(i, src)} writes to stderr or fails: {n[:400]!r}"
             for i, (src, _, _, n) in enumerate(output_summary(nb)) if n]
 
+# Numbers in outputs are compared as a reader reads them, the text around them exactly. Another CPU (its vector
+# width, its BLAS's path, its thread count) sums in another order and changes a float's last bits, which a number
+# printed with enough digits shows (`gnorm 2.119399` here, `2.119398` there); a bf16 step carries such a change up
+# to bf16's own precision (4e-3: a loss 7.0299 here, 7.0307 there after two steps). Two printed decimals match when
+# they agree to RTOL of their size (three significant digits: a digit that matters differs by more), or lie within
+# ATOL of each other (rounding noise around zero: a largest difference 6e-08 here, 1.2e-07 there; -0.0 and 0.0).
+# Integers (counts, steps, sizes) and every other character are compared exactly, but for the width of the spaces
+# that pad a table's columns (a number one character longer moves them).
+RTOL = 1e-3
+ATOL = 1e-6
+# a decimal with a point or an exponent, signed, not part of a name or a version (`v0.19`, `0.19.2`, `x1.5`)
+NUMBER = re.compile(r"(?<![\w.])([-+]?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+))(?!\.?\d)")
+
+def numbers_match(x: str, y: str) -> bool:
+    "Two printed decimals are the same number as a reader reads it (RTOL, ATOL)."
+    a, b = float(x), float(y)
+    return abs(a - b) <= max(RTOL * max(abs(a), abs(b)), ATOL)
+
+def first_difference(a: str, b: str) -> int | None:
+    "Where output text `a` first differs from `b` as a reader reads it (decimals to RTOL/ATOL), or None."
+    pa, pb = NUMBER.split(a), NUMBER.split(b)
+    at = 0
+    pad = lambda t: re.sub(r"[ \t]+", " ", t)           # a table's padding: runs of spaces as one
+    for i, (x, y) in enumerate(zip(pa, pb)):             # text, number, text, number, ..., text
+        if i % 2 and not numbers_match(x, y): return at
+        if not i % 2 and pad(x) != pad(y):
+            return at + next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        at += len(x)
+    return None if len(pa) == len(pb) else at
+
 def compare(stem: str, committed, fresh) -> list[str]:
     "Where the committed outputs of notebook `stem` differ from a fresh execution's (`fresh`), or hold noise."
     name = f"nbs/{stem}.ipynb"
@@ -320,9 +435,9 @@ def compare(stem: str, committed, fresh) -> list[str]:
            for p in noise(fresh)]
     for i, (a, b) in enumerate(zip(output_summary(committed), output_summary(fresh))):
         if a[0] != b[0]: return bad + [f"{name}: {_cell(i, b[0])}: the committed notebook is not the one executed"]
-        if a[1:3] != b[1:3]:
-            what, x, y = ("text", a[1], b[1]) if a[1] != b[1] else ("images", a[2], b[2])
-            k = next((j for j, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+        k = first_difference(a[1], b[1])
+        if k is not None or a[2] != b[2]:
+            what, x, y = ("text", a[1], b[1]) if k is not None else ("images", a[2], b[2])
             s = max(0, k - 150) if what == "text" else 0
             bad.append(f"{name}: {_cell(i, a[0])}: committed {what} differs from this run's"
                        f"{f' (at character {k})' if what == 'text' else ''}:\n  committed: {x[s:s + 300]!r}\n"

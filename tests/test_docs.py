@@ -9,7 +9,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "docs"))
 import build as docs_build       # docs/build.py
 
-pytestmark = pytest.mark.slow      # the site built from every notebook's committed outputs, chromium
+slow = pytest.mark.slow            # the site built from every notebook's committed outputs, chromium
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -97,6 +97,28 @@ def expected_images(nb_path: Path) -> int:
     nb = json.loads(nb_path.read_text())
     return sum(1 for c in nb["cells"] for o in c.get("outputs", []) if set(o.get("data", {})) & set(docs_build.IMAGE_TYPES))
 
+# The page's tables a reader sees cut at the browser's 1280 px window: partly hidden though they fit the column when
+# their text wraps, or running off the page with no box to scroll them in. `strip` removes the site's stylesheet.
+TABLES_CUT = r"""((strip) => {
+  if (strip) document.querySelectorAll('link[href*="extra.css"]').forEach(l => l.remove());
+  const cut = [];
+  for (const t of document.querySelectorAll('article table')) {
+    let e = t.parentElement, clip = null;
+    while (e && e !== document.body && !clip) {
+      if (getComputedStyle(e).overflowX !== 'visible') clip = e;
+      e = e.parentElement;
+    }
+    const right = clip ? clip.getBoundingClientRect().right : document.documentElement.clientWidth;
+    if (t.getBoundingClientRect().right <= right + 1) continue;                  // shown whole
+    const style = t.style.cssText; t.style.width = 'min-content'; t.style.maxWidth = 'none';
+    const least = t.getBoundingClientRect().width; t.style.cssText = style;
+    const scrolls = clip && ['auto', 'scroll'].includes(getComputedStyle(clip).overflowX);
+    if (!scrolls) cut.push(['runs off the page', t.innerText.slice(0, 60)]);
+    else if (least <= clip.clientWidth + 1) cut.push(['partly hidden though it fits', t.innerText.slice(0, 60)]);
+  }
+  return cut;
+})"""
+
 PAGE_INFO = """(() => ({
   title: document.title,
   text: document.querySelector('article') ? document.querySelector('article').innerText.length : 0,
@@ -105,6 +127,7 @@ PAGE_INFO = """(() => ({
   ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
 }))()"""
 
+@slow
 def test_site_has_home_notebook_pages_api_and_search(site):
     out, notes = site
     assert "Megatron-Turing NLG 530B" in (out / "index.html").read_text()          # the README is the home page
@@ -115,6 +138,11 @@ def test_site_has_home_notebook_pages_api_and_search(site):
         assert mod in page, mod
     cfg = (out / "api" / "mtnlg.config.html").read_text()
     assert "load_config" in cfg and "transformer blocks" in cfg        # a docstring and an inline parameter doc
+    text = re.sub(r"<[^>]+>", "", cfg)
+    assert "class ConfigError(ValueError)" in text and "class ParallelConfig:" in text, text[:2000]
+    whole = re.sub(r"\s*\n\s*#\s*", " ", text)                     # a field's comment over several lines, whole
+    assert re.search(r"cuBLASLt(&#39;|')s epilogue on a GPU\) instead of an add after it; same math", whole)
+    assert not [m for m in docs_build.modules() if "VAR_POSITIONAL" in (out / "api" / f"{m}.html").read_text()]
     index = json.loads((out / "search" / "search_index.json").read_text())
     locs = {d["location"].split("#")[0] for d in index["docs"]}
     assert {"index.html", "nbs/01_memory.html", "api/mtnlg.config.html"} <= locs, sorted(locs)[:20]
@@ -122,13 +150,22 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     assert not missing, \
         f"pages of notebooks committed without outputs: run `make outputs STEMS=\"{' '.join(missing)}\"`"
 
-def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, browser):
+@pytest.fixture(scope="session")
+def survey(site, served, browser) -> dict:
+    "Every page of the site opened once: what PAGE_INFO finds, its cut tables (TABLES_CUT), its stderr blocks."
     out, _ = site
-    pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html")
-    info, plots = {}, {}
-    for page in pages:
+    info = {}
+    for page in sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html"):
         browser.open(served + page)
-        info[page] = browser.eval(PAGE_INFO)
+        info[page] = dict(browser.eval(PAGE_INFO), tables_cut=browser.eval(TABLES_CUT + "(false)"),
+                          stderr=browser.eval(STDERR_BLOCKS))
+    return info
+
+@slow
+def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, survey):
+    out, _ = site
+    info, plots = survey, {}
+    for page in info:
         assert info[page]["text"] > 0, f"{page} shows no content"
         src = out / Path(page).with_suffix(".ipynb")
         if page.startswith("nbs/"): plots[page] = expected_images(src)
@@ -150,31 +187,53 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
                 if ids is None: ids = re.findall(r'\bid="([^"]+)"', f.read_text())
                 if urllib.parse.unquote(u.fragment) not in ids: broken.append(f"{page} -> {href} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:30])
+    tables_cut = {k: v["tables_cut"] for k, v in info.items() if v["tables_cut"]}
+    assert not tables_cut, f"tables cut at 1280 px (docs/assets/stylesheets/extra.css): {tables_cut}"
     assert len(info["index.html"]["images"]) >= 1                   # the README's figures
     assert sum(plots.values()) > 0, "no notebook page has a plot: the notebooks' committed outputs should show theirs"
 
+@slow
 def test_search_finds_a_notebook_page(served, browser):
     browser.open(served + "index.html")
+    # the query typed again each second until results show: one typed before the search worker has built its index
+    # (seconds on a busy machine) is not run again when it is ready
     hits = browser.eval("""new Promise(done => {
       const q = document.querySelector('input[data-md-component=search-query]');
-      q.focus(); q.value = 'planner'; q.dispatchEvent(new Event('input', {bubbles: true})); q.dispatchEvent(new KeyboardEvent('keyup'));
-      let n = 0; const t = setInterval(() => {
+      const type = () => { q.focus(); q.value = 'planner'; q.dispatchEvent(new Event('input', {bubbles: true}));
+                           q.dispatchEvent(new KeyboardEvent('keyup')); };
+      let n = 0; type(); const t = setInterval(() => {
         const r = Array.from(document.querySelectorAll('.md-search-result__link')).map(a => a.href);
-        if (r.length || ++n > 100) { clearInterval(t); done(r); } }, 100); })""")
+        if (r.length || ++n > 500) { clearInterval(t); done(r); } else if (n % 10 == 0) type(); }, 100); })""")
     assert any("01_memory" in h for h in hits), hits
 
 # mkdocs-jupyter's block for a cell's stderr (warnings, logs, progress bars), per page
 STDERR_BLOCKS = """Array.from(document.querySelectorAll('article [data-mime-type="application/vnd.jupyter.stderr"]'))
   .map(e => e.innerText.trim().slice(0, 200))"""
 
-def test_no_page_shows_a_stderr_block(site, served, browser, tmp_path, monkeypatch):
+@slow
+def test_wide_tables_are_shown_whole_or_scroll_in_their_box(site, served, browser):
+    """The demo report's evaluation table (wider than the column as its cells' text runs) is shown whole at 1280 px,
+    its text wrapped; the dry-run table of 01_memory too; control: without the site's stylesheet the same page
+    hides its evaluation table's last columns (the 5-shot and paper ones)."""
+    browser.open(served + "nbs/12_demo_report.html")
+    wide = browser.eval("""Array.from(document.querySelectorAll('article table')).filter(t => {
+      const s = t.style.cssText; t.style.width = 'max-content'; t.style.maxWidth = 'none';
+      const w = t.getBoundingClientRect().width; t.style.cssText = s; return w > t.parentElement.clientWidth + 1; })
+      .map(t => t.innerText.slice(0, 40))""")
+    assert any("5-shot" in w for w in wide), wide                # the evaluation table needs more than the column
+    assert browser.eval(TABLES_CUT + "(false)") == []
+    control = browser.eval(TABLES_CUT + "(true)")
+    assert any(why == "partly hidden though it fits" and "5-shot" in text for why, text in control), control
+    browser.open(served + "nbs/01_memory.html")
+    assert browser.eval(TABLES_CUT + "(false)") == []
+    assert browser.eval(TABLES_CUT + "(true)"), "01_memory's dry-run table fits without the site's stylesheet"
+
+@slow
+def test_no_page_shows_a_stderr_block(site, served, browser, survey, tmp_path, monkeypatch):
     "No notebook page shows stderr; control: a site of one notebook whose committed outputs hold a warning shows it."
     out, _ = site
-    noisy = {}
-    for nb in docs_build.notebooks():
-        browser.open(served + f"nbs/{nb.stem}.html")
-        blocks = browser.eval(STDERR_BLOCKS)
-        if blocks: noisy[nb.stem] = blocks
+    noisy = {nb.stem: survey[f"nbs/{nb.stem}.html"]["stderr"] for nb in docs_build.notebooks()}
+    noisy = {k: v for k, v in noisy.items() if v}
     assert not noisy, f"pages with stderr blocks (fix the source, then `make outputs STEMS=...`): {noisy}"
     import nbformat
     (tmp_path / "nbs").mkdir()
@@ -214,6 +273,7 @@ def math_problems(browser, url, wait=30.0):
     return ([f"{m['math'] - m['typeset']} of {m['math']} formulas not typeset"] if m["typeset"] < m["math"] else []) + \
            ([f"{m['raw']} TeX delimiters shown as text"] if m["raw"] else []) + ([] if m["math"] else ["no math"])
 
+@slow
 def test_formulas_render_as_math_from_the_local_mathjax(site, served, browser):
     "01_memory's formulas are typeset by the site's own MathJax (no CDN); control: with that file blocked, raw TeX."
     out, _ = site
@@ -251,6 +311,7 @@ CODE_WIDTH = r"""((strip) => {
           longest: Math.max(...pres.map(p => Math.max(...p.textContent.split('\n').map(l => l.length))))};
 })"""
 
+@slow
 def test_code_lines_are_not_cut(site, served, browser):
     """A code line of up to 110 characters fits the content column at 1280 px, and no line is hidden (a longer one
     wraps); control: the same page without the site's stylesheet (docs/assets/stylesheets/extra.css) cuts lines."""
@@ -261,3 +322,35 @@ def test_code_lines_are_not_cut(site, served, browser):
     assert w["cut"] == [], w
     control = browser.eval(CODE_WIDTH + "(true)")
     assert control["line"] < control["need110"] and len(control["cut"]) > 5, control
+
+# --- the API reference (issue 52) ---------------------------------------------------------------------------------
+class _Settings:
+    "A class with a constructor (for the API test)."
+    def __init__(self, path, retries: int = 3):   # how often to try
+        pass
+
+def _call(a: int,          # the first
+          b: str = "x",    # the second, which goes on
+                           # on a second line
+          *, c=None) -> dict:
+    "A function with inline parameter docs (for the API test)."
+
+@pytest.mark.filterwarnings("ignore:`cell_number` in settings.ini:DeprecationWarning")     # nbdev 2.4, for the controls
+def test_api_signatures_read_as_the_code_declares_them():
+    """Exceptions as `class E(Base)`, dataclasses with their fields, classes by their constructor, functions by their
+    parameters; a comment over several lines shown whole. Controls: nbdev's show_doc renders them otherwise."""
+    from mtnlg.config import ConfigError, ParallelConfig
+    assert docs_build.signature(ConfigError, "ConfigError") == "class ConfigError(ValueError)"
+    sig = docs_build.signature(ParallelConfig, "ParallelConfig")
+    assert sig.startswith("@dataclass\nclass ParallelConfig:\n    tp: int = 1 ") and "tp=1: a block's four" in sig, sig
+    first, second = [l for l in sig.splitlines() if "bias_in_gemm" in l or "cuBLASLt's epilogue" in l]
+    assert first.index("#") == second.index("#"), sig                    # the comment's second line, under its first
+    assert max(map(len, sig.splitlines())) <= docs_build.API_WIDTH, sig   # no line to scroll sideways to
+    assert docs_build.signature(_Settings, "_Settings") == \
+        "class _Settings(\n    path,\n    retries: int = 3,  # how often to try\n)"     # the line's last parameter
+    assert docs_build.signature(_call, "_call") == (
+        'def _call(\n    a: int,        # the first\n    b: str = "x",  # the second, which goes on on a second line\n'
+        '    *,\n    c=None,\n) -> dict')                       # a comment's lines joined, wrapped at API_WIDTH
+    from nbdev.showdoc import show_doc                                   # the controls: what the reference showed
+    assert "VAR_POSITIONAL" in show_doc(ConfigError)._repr_markdown_()
+    assert "cuBLASLt" not in show_doc(ParallelConfig)._repr_markdown_()
