@@ -189,7 +189,9 @@ def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=ck is not None)  # own slices only
     step0 = state["step"]
     engine = build_engine(cfg, topo, module, grad_accum=plan[min(step0, len(plan) - 1)] // (p.micro_batch * p.dp))
-    if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)
+    try:
+        if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)     # a damaged file: one line
+    except CheckpointError as e: raise TrainingError(str(e)) from None
     return plan, train_ds, valid_ds, engine, state, ck
 
 # %% ../nbs/06_train.ipynb #5e3db6dd

@@ -1,0 +1,107 @@
+"""Every load verifies what it reads (mtnlg.checkpoint_folders.read_through, CheckpointReader): a flipped exponent
+bit, zeroed bytes, one flipped bit, a file cut short and a missing file are each refused with one line naming the
+file, the checkpoint and an earlier step, by the evaluation/generation load (`load_weights`), export's reads
+(`read_tensors`) and score reuse (`verify_checkpoint`); the control: the same damage loads silently through DCP's
+own reader, and the undamaged checkpoint loads exactly. Which rank hashes which file follows the shard."""
+import os, shutil
+from pathlib import Path
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from mtnlg import eval as ev
+from mtnlg.checkpoint import _LoadPlanner, checkpoint_shapes, read_tensors
+from mtnlg.checkpoint_folders import CheckpointError, stored_layout, verifiers, verify_checkpoint
+from mtnlg.config import EvalError, load_config
+from mtnlg.generate import demo_checkpoint
+
+NAME = "blocks.0.mlp.fc1.weight"
+
+
+def _value_offset(f: Path, ck: Path) -> int:
+    "File offset of the first stored value of model/NAME (fp32) in data file `f`."
+    md = FileSystemReader(ck).read_metadata()
+    idx = next(i for i in md.storage_data if i.fqn == f"model/{NAME}")
+    info = md.storage_data[idx]
+    fd = os.open(f, os.O_RDONLY)
+    try: first, dtype, _ = stored_layout(fd, info.offset, info.length)
+    finally: os.close(fd)
+    assert dtype == torch.float32
+    return first
+
+
+def _flip(f: Path, at: int, mask: int):
+    b = bytearray(f.read_bytes())
+    b[at] ^= mask
+    f.write_bytes(bytes(b))
+
+
+def damage(kind: str, ck: Path):
+    "Damage data file __0_0.distcp of `ck` the way `kind` says."
+    f = ck / "__0_0.distcp"
+    at = _value_offset(f, ck)
+    if kind == "exponent": _flip(f, at + 3, 0x40)            # little-endian fp32: top byte, exponent's high bit
+    elif kind == "zeroed":
+        b = bytearray(f.read_bytes())
+        b[at:at + 4096] = bytes(4096)
+        f.write_bytes(bytes(b))
+    elif kind == "one_bit": _flip(f, at + 1, 0x01)             # one mantissa bit of one value
+    elif kind == "truncated": os.truncate(f, f.stat().st_size - 1000)
+    elif kind == "missing": f.unlink()
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    run = demo_checkpoint(tmp_path_factory.mktemp("verify") / "run")
+    ck = run / "checkpoints" / "step00000000"
+    cfg = load_config(None, ck / "config.json", validate=False).model
+    return ck, cfg, read_tensors(ck, [NAME], cfg)[NAME]
+
+
+def _stock(ck, cfg) -> torch.Tensor:
+    "NAME as DCP's own reader loads it (no verification)."
+    sd = {f"model/{NAME}": torch.zeros(checkpoint_shapes(ck)[f"model/{NAME}"])}
+    dcp.load(sd, storage_reader=FileSystemReader(ck), planner=_LoadPlanner(), no_dist=True)
+    return sd[f"model/{NAME}"]
+
+
+@pytest.mark.parametrize("kind", ["exponent", "zeroed", "one_bit", "truncated", "missing"])
+def test_each_damage_is_refused_in_one_line(clean, tmp_path, kind):
+    src, cfg, want = clean
+    ck = tmp_path / "run" / "checkpoints" / src.name
+    shutil.copytree(src.parent.parent, tmp_path / "run")
+    scorer, _ = ev.load_model_for_eval(tmp_path / "run", 8)            # control: the copy loads exactly
+    assert torch.equal(dict(scorer.fn.__self__.named_parameters())[NAME].detach(), want)
+    assert verify_checkpoint(ck) is None
+    damage(kind, ck)
+    if kind in ("exponent", "zeroed", "one_bit"):                       # control: DCP's reader loads it silently
+        got = _stock(ck, cfg)
+        assert not torch.equal(got, want)
+        if kind == "exponent": assert (got - want).abs().max() > 1e30
+        if kind == "one_bit": assert (got != want).sum() == 1
+    for load in (lambda: ev.load_model_for_eval(tmp_path / "run", 8), lambda: read_tensors(ck, [NAME], cfg)):
+        with pytest.raises((EvalError, CheckpointError)) as e: load()
+        msg = str(e.value)
+        assert "\n" not in msg and f"{ck / '__0_0.distcp'}" in msg and ck.name in msg and "earlier step" in msg, msg
+        what = {"missing": "is missing", "truncated": "bytes where digests.json records"}.get(
+            kind, "differs from its sha256")
+        assert what in msg, msg
+    why = verify_checkpoint(ck)                                         # score reuse's check: the same verdict
+    assert why is not None and "__0_0.distcp" in why
+
+
+def test_each_file_is_hashed_by_one_rank_and_bytes_follow_the_shard():
+    "8 ranks loading a checkpoint of 8 files, each rank reading parts of 2-4 of them: hashed bytes per rank bounded."
+    size = 100
+    reads = [{f"__{w}_0.distcp": size for w in ((r + k) % 8 for k in range(2 + r % 3))} for r in range(8)]
+    who = verifiers(reads)
+    assert sorted(who) == sorted({n for files in reads for n in files})
+    for name, r in who.items(): assert name in reads[r]                  # hashed by a rank that reads it
+    per_rank = [sum(size for n, r in who.items() if r == rank) for rank in range(8)]
+    total = size * len(who)
+    bound = 2 * total / 8                                               # follows the shard (twice the even share)
+    assert max(per_rank) <= bound
+    # positive control: rank 0 hashing every file, as score reuse did, breaks the bound
+    assert total > bound
+    same = [{f"__{r}_0.distcp": size, "__0_0.distcp": size} for r in range(8)]    # the layout it was saved at
+    assert verifiers(same) == {f"__{r}_0.distcp": r for r in range(8)}           # each rank hashes its own file
