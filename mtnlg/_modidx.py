@@ -852,7 +852,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                             'mtnlg.plan.tflops_per_gpu': ('memory.html#tflops_per_gpu', 'mtnlg/plan.py'),
                             'mtnlg.plan.with_layout': ('memory.html#with_layout', 'mtnlg/plan.py')},
             'mtnlg.results': { 'mtnlg.results.code_identity': ('results.html#code_identity', 'mtnlg/results.py'),
-                               'mtnlg.results.content_sha256': ('results.html#content_sha256', 'mtnlg/results.py'),
                                'mtnlg.results.markdown_table': ('results.html#markdown_table', 'mtnlg/results.py'),
                                'mtnlg.results.normalisation': ('results.html#normalisation', 'mtnlg/results.py'),
                                'mtnlg.results.paper_score': ('results.html#paper_score', 'mtnlg/results.py'),
