@@ -29,7 +29,7 @@ from . import patches
 from .topology import seed_all
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
+__all__ = ['HASHED', 'ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
            'metadata_bytes', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save',
            'save_items', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout',
            'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
@@ -188,6 +188,8 @@ def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
             for idx in itertools.product(*(range(o, o + n) for o, n in zip(offsets[:k - 1], lengths[:k - 1])))]
 
 # %% ../nbs/04b_checkpoint.ipynb #71c01736
+HASHED = {"bytes": 0}           # bytes this process's loads have hashed, all readers together (tests measure it)
+
 class CheckpointReader(FileSystemReader):
     "DCP's file reader: `.metadata` read once; of each piece only the bytes asked for; each file verified as it is read."
     def __init__(self, path, collective: bool = False):
@@ -256,6 +258,7 @@ class CheckpointReader(FileSystemReader):
             if hashing:
                 sha, n = read_through(fd, segments)
                 self.hashed += n
+                HASHED["bytes"] += n
                 if sha != self.digests[name][0]:
                     raise CheckpointError(damaged(self.path, name, f"differs from its sha256 in {DIGESTS}"))
             else:

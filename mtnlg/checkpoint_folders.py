@@ -4,7 +4,7 @@
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #c41a5ab1
 from __future__ import annotations
-import contextlib, hashlib, io, json, math, os, shutil, socket, struct, time, uuid, zipfile
+import contextlib, hashlib, io, json, math, os, shutil, socket, struct, sys, time, uuid, zipfile
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -42,18 +42,28 @@ def latest_checkpoint(run_dir) -> Path | None:
     "The newest complete checkpoint folder of a run: the one `checkpoints/latest` names, else the highest."
     base = Path(run_dir) / "checkpoints"
     if not base.is_dir(): return None
-    named = base / (base / "latest").read_text().strip() if (base / "latest").is_file() else None
-    if named is not None and (named / "COMPLETE").exists(): return named
     done = sorted(p for p in base.glob("step*") if (p / "COMPLETE").exists())
-    return done[-1] if done else None
+    if (base / "latest").is_file():
+        name = (base / "latest").read_text().strip()
+        if not (name.startswith("step") and Path(name).name == name and (base / name).is_dir()):
+            have = ", ".join(p.name for p in done[-5:]) or "none"
+            raise ConfigError(f"{base / 'latest'} names {name!r}, which is no checkpoint folder of this run (complete "
+                              f"ones: {have}); write one of those names into it")
+        if (base / name / "COMPLETE").exists(): return base / name
+    return done[-1] if done else None                     # (a save of the named step again, killed: the newest)
 
 def clean_partial(run_dir) -> list[Path]:
-    "Remove checkpoint folders a killed run left unfinished (no COMPLETE); returns them."
+    "Remove checkpoint folders a killed run left unfinished (no COMPLETE), unless a reader holds one; returns them."
     base = Path(run_dir) / "checkpoints"
     bad = ([p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir()
            else [])
-    for p in bad: shutil.rmtree(p, ignore_errors=True)
-    return bad
+    gone = []
+    for p in bad:
+        with _pruning(p) as free:
+            if not free or live_leases(p): continue       # read: removed by a later save, once it is let go
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #fb612534
 DIGESTS = "digests.json"               # in each checkpoint: the sha256 of every data file
@@ -104,13 +114,17 @@ def live_leases(ck) -> list[Path]:
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #dba31bdc
 def _take_lease(ck: Path) -> Path | None:
-    "A lease on `ck`, locked before it is named; None where nothing can be written (nothing is pruned there)."
+    "A lease on `ck`, locked before it is named; None (and one line on stderr) where none can be written."
     d = ck.parent / READERS
     name = f"{ck.name}@{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
     try:
         d.mkdir(exist_ok=True)
         fd = os.open(d / f".{name}", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError: return None
+    except OSError as e:
+        print(f"mtnlg: no reader's lease on {ck} ({d}: {e.strerror}): a run saving there may prune this step while "
+              f"it is read; make {d} writable for this user, or read a copy of the checkpoint", file=sys.stderr,
+              flush=True)
+        return None
     if fcntl is not None:
         with contextlib.suppress(OSError): fcntl.flock(fd, fcntl.LOCK_SH)     # no locks: judged by process
     os.replace(d / f".{name}", d / name)
@@ -122,6 +136,42 @@ def _drop_lease(lease: Path | None):
     lease.unlink(missing_ok=True)
     os.close(_HELD.pop(str(lease)))
 
+def _lock_file(ck: Path) -> int | None:
+    "An open descriptor of `ck`'s pruning lock `.readers/STEP.prune`; None where there are no locks or no file."
+    if fcntl is None: return None
+    d = ck.parent / READERS
+    try:
+        d.mkdir(exist_ok=True)
+        return os.open(d / f"{ck.name}.prune", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError: return None
+
+@contextlib.contextmanager
+def _pruning(ck: Path):
+    "Inside: `ck`'s pruning lock held exclusively (True), or False while a reader checks `ck` (then leave it)."
+    fd = _lock_file(ck)
+    if fd is None:
+        yield True                                        # no locks: the leases' double check alone
+        return
+    try:
+        try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        except OSError: pass
+        yield True
+    finally: os.close(fd)
+
+@contextlib.contextmanager
+def _checking(ck: Path):
+    "Inside: `ck`'s pruning lock held shared (waiting for a pruner that holds it): `COMPLETE` cannot go meanwhile."
+    fd = _lock_file(ck)
+    try:
+        if fd is not None:
+            with contextlib.suppress(OSError): fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd is not None: os.close(fd)
+
 # %% ../nbs/04a_checkpoint_folders.ipynb #0666130e
 def _inject_read_gate():
     "Fault injection for tests: `MTNLG_INJECT_READ_GATE=PATH` makes a reader (lease held) wait for file PATH."
@@ -132,6 +182,20 @@ def _inject_read_gate():
         if Path(gate).exists(): return
         time.sleep(0.1)
 
+def _inject_prune_gate(after: bool):
+    "Test hook `MTNLG_INJECT_PRUNE_GATE=PATH[:kill]`: a pruner waits for PATH before removing COMPLETE, dies after (kill)."
+    gate, *kill = os.environ.get("MTNLG_INJECT_PRUNE_GATE", "").split(":")
+    if not gate: return
+    if after and kill:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    if after: return
+    Path(gate + ".held").touch()
+    for _ in range(6000):
+        if Path(gate).exists(): return
+        time.sleep(0.1)
+
+
 # %% ../nbs/04a_checkpoint_folders.ipynb #5eda27b7
 @contextlib.contextmanager
 def reading(ck):
@@ -139,7 +203,8 @@ def reading(ck):
     ck = Path(ck)
     lease = _take_lease(ck)
     try:
-        if not (ck / "COMPLETE").exists():
+        with _checking(ck): complete = (ck / "COMPLETE").exists()      # not in a pruner's moment without it
+        if not complete:
             raise ConfigError(f"{ck} is not a complete checkpoint (no COMPLETE: a partial write, or pruned); use "
                               "another step or the run's checkpoints/latest")
         _inject_read_gate()
@@ -148,14 +213,17 @@ def reading(ck):
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #94306930
 def _uncomplete(d: Path) -> bool:
-    "Remove `COMPLETE` from `d` unless a reader holds it (then or in between: `COMPLETE` is put back); done?"
-    if live_leases(d): return False
-    (d / "COMPLETE").unlink()                     # no longer a checkpoint, even if the removal stops
-    fsync_dir(d)
-    if live_leases(d):                            # a reader came in between: it stays
-        atomic_write_text(d / "COMPLETE", "")
-        return False
-    return True
+    "Remove `COMPLETE` from `d` unless a reader holds or is checking it (one arriving meanwhile waits); done?"
+    with _pruning(d) as free:
+        if not free or live_leases(d): return False
+        _inject_prune_gate(after=False)
+        (d / "COMPLETE").unlink()                     # no longer a checkpoint, even if the removal stops
+        fsync_dir(d)
+        _inject_prune_gate(after=True)
+        if live_leases(d):                            # without locks a reader may come in between: it stays
+            atomic_write_text(d / "COMPLETE", "")
+            return False
+        return True
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #3f44375d
 def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:

@@ -26,6 +26,7 @@ import torch
 
 from mtnlg.config import load_config
 from mtnlg.topology import init_distributed, shutdown
+from mtnlg.checkpoint import HASHED
 from subworld import run_plan
 
 
@@ -175,6 +176,11 @@ def _asked_bytes(engine, cfg) -> int:
                for _, _, t in p.rects)
 
 
+def _files_bytes(ck) -> int:
+    "Bytes of every data file of checkpoint `ck` (what one rank hashing them all would read)."
+    return sum(f.stat().st_size for f in Path(ck).glob("*.distcp"))
+
+
 def run_memory(job, out):
     "Per-rank peak host memory of every phase, each measured alone (allocator reset), with each rank's own sizes."
     import dataclasses
@@ -204,9 +210,10 @@ def run_memory(job, out):
     engine = module = None                                # free the first engine before the second
     new = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True))
     saved = json.loads((ck / "train_state.json").read_text())
-    r0 = _bytes_read()
+    r0, h0 = _bytes_read(), HASHED["bytes"]
     measure("load", lambda: load_checkpoint(new, topo, cfg, ck, saved))
     out.update(load_read_bytes=_bytes_read() - r0, load_asked_bytes=_asked_bytes(new, cfg),
+               load_hashed_bytes=HASHED["bytes"] - h0, files_bytes=_files_bytes(ck),
                load_moments_bytes=_moments_bytes(new))
     new = None
     measure("eval_load", lambda: load_weights(build_pipeline(cfg, topo), ck, cfg.model))
@@ -245,9 +252,10 @@ def run_relayout(job, out):
     out.update(_sizes(module))
     out["largest_tensor_bytes"] = max(4 * torch.Size(v).numel() for v in full_shapes(cfg.model).values())
     new = build_engine(cfg, topo, module)
-    r0 = _bytes_read()
+    r0, h0 = _bytes_read(), HASHED["bytes"]
     _measure(out, "load_new_layout", lambda: load_checkpoint(new, topo, cfg, ck, saved), libc)
-    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg),
+    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg), hashed_bytes=HASHED["bytes"] - h0,
+               files_bytes=_files_bytes(ck),
                moments_bytes=_moments_bytes(new))
     # positive control: the same load through DCP's own reader
     sd = engine_state(new, cfg, ("model",) + ADAM_KEYS, saving=False)

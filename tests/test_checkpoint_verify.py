@@ -105,3 +105,27 @@ def test_each_file_is_hashed_by_one_rank_and_bytes_follow_the_shard():
     assert total > bound
     same = [{f"__{r}_0.distcp": size, "__0_0.distcp": size} for r in range(8)]    # the layout it was saved at
     assert verifiers(same) == {f"__{r}_0.distcp": r for r in range(8)}           # each rank hashes its own file
+
+
+@pytest.mark.slow
+def test_a_resume_refuses_a_flipped_exponent_bit(tmp_path):
+    "`mtnlg train --resume` from a checkpoint with one flipped exponent bit: exit 1 with one line; control: intact."
+    import subprocess, sys
+    mtnlg = str(Path(sys.executable).parent / "mtnlg")
+    args = ["--preset", "tiny", "--layers", "2", "--global-batch", "4", "--data", "mock", "--no-progress",
+            "--save-interval", "2", "--out", str(tmp_path / "run")]
+    train = lambda *a: subprocess.run([mtnlg, "train", *args, *a], capture_output=True, text=True, timeout=900,
+                                      env=dict(os.environ, OMP_NUM_THREADS="1"))
+    p = train("--steps", "2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    ck = tmp_path / "run" / "checkpoints" / "step00000002"
+    shutil.copytree(tmp_path / "run", tmp_path / "intact")
+    f = ck / "__0_0.distcp"
+    _flip(f, _value_offset(f, ck) + 3, 0x40)
+    p = train("--resume", "--steps", "4")
+    lines = [l for l in p.stderr.splitlines() if "digests.json" in l]
+    assert p.returncode == 1 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert f"{f} differs from its sha256 in digests.json" in lines[0] and "earlier step" in lines[0]
+    args[-1] = str(tmp_path / "intact")                                  # control: the intact copy resumes
+    p = train("--resume", "--steps", "4")
+    assert p.returncode == 0, p.stderr[-3000:]
