@@ -24,8 +24,10 @@ from .config import (ConfigError, ModelConfig, RunConfig, atomic_file, atomic_wr
 from .model import full_shapes, tp_row_runs, split_kind
 from .checkpoint_folders import (DIGESTS, CheckpointError, check_listed, checkpoint_digests, damaged,
                                       fresh_step_folder, make_folder, note_verified, pread_into, stored_layout,
+                                      check_free_space, disk_full,
                                       prune_checkpoints, read_through, reading, step_tag, verifiers)
 from . import patches
+from .plan import checkpoint_cost
 from .topology import seed_all
 
 # %% auto #0
@@ -107,6 +109,13 @@ class _Digesting:
 def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
     "Write `items` [(key, full size, offsets, tensor or its maker)] into data file `path`: (records, sha256)."
     path, out = Path(path), []
+    try: return _write_pieces(path, items, after_each, out)
+    except (OSError, RuntimeError) as e:                  # torch.save says `unexpected pos` when the disk is full
+        full = disk_full(path.parent, e)
+        if full is None: raise
+        raise full from None
+
+def _write_pieces(path: Path, items: list, after_each, out: list) -> tuple[list[tuple], str]:
     with open(path, "wb") as raw:
         f = _Digesting(raw)                                   # the file's digest, made as it is written
         for i in range(len(items)):
@@ -501,7 +510,7 @@ class Checkpointer:
         "Every rank (in the writer thread when async): rank 0 prepares the folder, each writes, rank 0 commits."
         step, rank = job.state["step"], self.topo.rank
         if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
-        failed = self._from_rank0(_attempt(lambda: fresh_step_folder(self.run, step)) if rank == 0 else None)
+        failed = self._from_rank0(_attempt(lambda: self._prepare(step)) if rank == 0 else None)
         out = {}
         def write():
             out["records"], out["digest"] = write_pieces(job.folder / f"__{rank}_0.distcp", items,
@@ -518,6 +527,13 @@ class Checkpointer:
             bad = [(r, why) for r, (_, _, why) in enumerate(written) if why]
             failed = f"rank {bad[0][0]}: {bad[0][1]}" if bad else _attempt(lambda: self._commit(job, written))
         job.error = self._from_rank0(failed)
+
+    def _prepare(self, step: int):
+        "Rank 0: the step's empty folder, once the file system has room for the whole checkpoint."
+        fresh_step_folder(self.run, step)
+        cost = checkpoint_cost(self.cfg)
+        planned = cost["total_bytes"] if self.moments else cost["weights_fp32_bytes"]
+        check_free_space(self.run / "checkpoints", planned, self.cfg.keep_last)
 
     def _commit(self, job: _Save, written: list):
         "Rank 0, with every rank's (records, digest): the folder becomes the checkpoint, `latest` names it."

@@ -16,9 +16,9 @@ except ImportError: fcntl = None
 # %% auto #0
 __all__ = ['DIGESTS', 'READERS', 'LEASE_STALE_S', 'EARLIER', 'VERIFIED', 'CheckpointError', 'step_tag', 'make_folder',
            'latest_checkpoint', 'clean_partial', 'alive_by_process', 'lease_alive', 'live_leases', 'reading',
-           'prune_checkpoints', 'fresh_step_folder', 'checkpoint_view', 'agreed_checkpoint', 'stored_layout',
-           'pread_into', 'damaged', 'checkpoint_digests', 'read_through', 'verifiers', 'stat_key', 'note_verified',
-           'check_listed', 'verify_checkpoint']
+           'prune_checkpoints', 'fresh_step_folder', 'check_free_space', 'disk_full', 'checkpoint_view',
+           'agreed_checkpoint', 'stored_layout', 'pread_into', 'damaged', 'checkpoint_digests', 'read_through',
+           'verifiers', 'stat_key', 'note_verified', 'check_listed', 'verify_checkpoint']
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #e4c2dd39
 class CheckpointError(RuntimeError):
@@ -248,6 +248,22 @@ def fresh_step_folder(run_dir, step: int) -> Path:
     shutil.rmtree(d, ignore_errors=True)
     make_folder(d)
     return d
+
+# %% ../nbs/04a_checkpoint_folders.ipynb #f5ace002
+def check_free_space(folder, planned: int, keep_last: int = 0):
+    "`CheckpointError` unless the file system of `folder` has `planned` bytes free for a save (before it starts)."
+    free = shutil.disk_usage(folder).free
+    if free >= planned: return
+    keep = f"keep_last={keep_last} holds {keep_last + 1} checkpoints while a save is written; " if keep_last else ""
+    raise CheckpointError(f"{folder}: {free / 1e9:.3g} GB free, but a checkpoint of this run takes {planned / 1e9:.3g} "
+                          f"GB; {keep}free space there (or lower keep_last), then --resume")
+
+def disk_full(folder, e: Exception) -> CheckpointError | None:
+    "The one-line error of write error `e` in `folder` when its file system is full; None when it is not."
+    full = getattr(e, "errno", None) == 28 or shutil.disk_usage(folder).free < 1 << 20          # ENOSPC
+    if not full: return None
+    return CheckpointError(f"{folder}: the disk is full ({shutil.disk_usage(folder).free} bytes left) while writing "
+                           f"the checkpoint ({type(e).__name__}); free space there (or lower keep_last), then --resume")
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #f3306730
 def checkpoint_view(ck) -> dict:

@@ -129,3 +129,33 @@ def test_a_resume_refuses_a_flipped_exponent_bit(tmp_path):
     args[-1] = str(tmp_path / "intact")                                  # control: the intact copy resumes
     p = train("--resume", "--steps", "4")
     assert p.returncode == 0, p.stderr[-3000:]
+
+
+def _in_small_disk(folder: Path, code: str, size: str = "2m") -> "subprocess.CompletedProcess":
+    "Run Python `code` (argv[1]: `folder`) with `folder` a tmpfs of `size` (a mount namespace of its own)."
+    import subprocess, sys
+    folder.mkdir(parents=True, exist_ok=True)
+    mount = f'd=$1; shift; mount -t tmpfs -o size={size} tmpfs "$d" && exec "$@"'
+    return subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", mount, "-", str(folder),
+                           sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_a_full_disk_says_so_in_one_line(tmp_path):
+    "A checkpoint written into a 2 MiB file system: one line that names the full disk; control: the same fits 64 MiB."
+    code = ("import sys\nfrom mtnlg.checkpoint import write_weights\nfrom mtnlg.config import RunConfig, ModelConfig\n"
+            "from mtnlg.model import FullInit\nfrom mtnlg.checkpoint_folders import CheckpointError, check_free_space\n"
+            "cfg = RunConfig(model=ModelConfig(num_layers=2, hidden_size=128, num_heads=4, seq_length=64))\n"
+            "w = FullInit(cfg.model, 0)\n"
+            "try: check_free_space(sys.argv[1], 8 << 20, keep_last=2)\n"
+            "except CheckpointError as e: print('before:', e)\n"
+            "try: write_weights(sys.argv[1] + '/ck', cfg, lambda n: w[n]); print('written')\n"
+            "except CheckpointError as e: print('during:', e)\n")
+    small = _in_small_disk(tmp_path / "small", code)
+    lines = small.stdout.splitlines()
+    assert small.returncode == 0 and len(lines) == 2, small.stderr[-3000:]
+    assert lines[0].startswith("before:") and "GB free, but a checkpoint of this run takes" in lines[0]
+    assert "keep_last=2 holds 3 checkpoints" in lines[0]
+    assert lines[1].startswith("during:") and "the disk is full" in lines[1] and "free space" in lines[1]
+    big = _in_small_disk(tmp_path / "big", code, "64m")                  # control: room enough
+    assert big.returncode == 0 and big.stdout.splitlines() == ["written"], big.stderr[-3000:]
