@@ -67,6 +67,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                   'mtnlg.checkpoint._link_optimizer_state': ( 'checkpoint.html#_link_optimizer_state',
                                                                               'mtnlg/checkpoint.py'),
                                   'mtnlg.checkpoint._load': ('checkpoint.html#_load', 'mtnlg/checkpoint.py'),
+                                  'mtnlg.checkpoint._lower_priority': ('checkpoint.html#_lower_priority', 'mtnlg/checkpoint.py'),
                                   'mtnlg.checkpoint._metadata': ('checkpoint.html#_metadata', 'mtnlg/checkpoint.py'),
                                   'mtnlg.checkpoint._params': ('checkpoint.html#_params', 'mtnlg/checkpoint.py'),
                                   'mtnlg.checkpoint._runs': ('checkpoint.html#_runs', 'mtnlg/checkpoint.py'),

@@ -236,10 +236,7 @@ class CheckpointReader(FileSystemReader):
     def _together(self) -> bool: return self.collective and dist.is_initialized() and dist.get_world_size() > 1
     def _hashers(self, by_file) -> tuple[set, set]:
         "(files this rank hashes, files some rank reads): all it reads, or in a collective load its `verifiers`."
-        sizes = {}
-        for n in by_file:
-            with suppress(OSError): sizes[n] = (Path(self.path) / n).stat().st_size
-            sizes.setdefault(n, 0)
+        sizes = {n: (self.digests.get(n) or (None, 0))[1] or 0 for n in by_file}     # as recorded at the save
         if not self._together(): return set(sizes), set(sizes)
         reads = [None] * dist.get_world_size()
         dist.all_gather_object(reads, sizes)
@@ -412,6 +409,12 @@ def _guard_optimizer(optimizer):
     _STAGING[optimizer] = threading.Event()
     _STAGING[optimizer].set()
 
+def _lower_priority(nice: int):
+    "Lower the calling thread's CPU priority by `nice` (on Linux a thread is a task of its own); elsewhere nothing."
+    if nice <= 0 or not hasattr(os, "setpriority"): return
+    tid = threading.get_native_id()
+    with suppress(OSError): os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+
 # %% ../nbs/04b_checkpoint.ipynb #96942203
 def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
             protect=()):
@@ -463,8 +466,9 @@ def _attempt(fn) -> str | None:
 # %% ../nbs/04b_checkpoint.ipynb #df8904e6
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
-    def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
-        self.topo, self.cfg, self.run = topo, cfg, Path(run_dir)
+    def __init__(self, topo, cfg: RunConfig, run_dir, protect=(), writer_nice: int = 10):
+        # writer_nice: how much lower the async writer runs, once its copy is staged, than training's threads
+        self.topo, self.cfg, self.run, self.writer_nice = topo, cfg, Path(run_dir), writer_nice
         self.protect, self.pending, self.moments, self.waited_s = [p for p in protect if p], None, False, 0.0
         self.parallel = dist.is_initialized() and topo.world_size > 1
         # the writers' own group: their collectives run beside training's (torch's async_save does the same)
@@ -497,6 +501,7 @@ class Checkpointer:
             items = [(k, size, off, t.detach().to("cpu", copy=True)) for k, size, off, t in items]
         except Exception as e: job.error = f"staging: {type(e).__name__}: {e}"
         finally: job.staged.set()
+        _lower_priority(self.writer_nice)                         # the write yields the CPU to training
         self._write(job, items, rng)
 
     def _from_rank0(self, obj):

@@ -15,7 +15,7 @@ except ImportError: fcntl = None
 
 # %% auto #0
 __all__ = ['DIGESTS', 'READERS', 'LEASE_STALE_S', 'EARLIER', 'VERIFIED', 'CheckpointError', 'step_tag', 'make_folder',
-           'latest_checkpoint', 'clean_partial', 'alive_by_process', 'lease_alive', 'live_leases', 'reading',
+           'latest_checkpoint', 'alive_by_process', 'lease_alive', 'live_leases', 'reading', 'clean_partial',
            'prune_checkpoints', 'fresh_step_folder', 'check_free_space', 'disk_full', 'checkpoint_view',
            'agreed_checkpoint', 'stored_layout', 'pread_into', 'damaged', 'checkpoint_digests', 'read_through',
            'verifiers', 'stat_key', 'note_verified', 'check_listed', 'verify_checkpoint']
@@ -51,19 +51,6 @@ def latest_checkpoint(run_dir) -> Path | None:
                               f"ones: {have}); write one of those names into it")
         if (base / name / "COMPLETE").exists(): return base / name
     return done[-1] if done else None                     # (a save of the named step again, killed: the newest)
-
-def clean_partial(run_dir) -> list[Path]:
-    "Remove checkpoint folders a killed run left unfinished (no COMPLETE), unless a reader holds one; returns them."
-    base = Path(run_dir) / "checkpoints"
-    bad = ([p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir()
-           else [])
-    gone = []
-    for p in bad:
-        with _pruning(p) as free:
-            if not free or live_leases(p): continue       # read: removed by a later save, once it is let go
-            shutil.rmtree(p, ignore_errors=True)
-            gone.append(p)
-    return gone
 
 # %% ../nbs/04a_checkpoint_folders.ipynb #fb612534
 DIGESTS = "digests.json"               # in each checkpoint: the sha256 of every data file
@@ -225,6 +212,20 @@ def _uncomplete(d: Path) -> bool:
             return False
         return True
 
+# %% ../nbs/04a_checkpoint_folders.ipynb #c1ea0002
+def clean_partial(run_dir) -> list[Path]:
+    "Remove checkpoint folders a killed run left unfinished (no COMPLETE), unless a reader holds one; returns them."
+    base = Path(run_dir) / "checkpoints"
+    bad = ([p for p in base.glob("step*") if p.is_dir() and not (p / "COMPLETE").exists()] if base.is_dir()
+           else [])
+    gone = []
+    for p in bad:
+        with _pruning(p) as free:
+            if not free or live_leases(p): continue       # read: removed by a later save, once it is let go
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+    return gone
+
 # %% ../nbs/04a_checkpoint_folders.ipynb #3f44375d
 def prune_checkpoints(run_dir, keep_last: int, protect=()) -> list[Path]:
     "Delete complete checkpoints beyond the newest `keep_last` (0: all kept), except latest, `protect`, leased."
@@ -281,10 +282,12 @@ def agreed_checkpoint(base, pick, topo) -> Path | None:
     if topo.world_size == 1: return pick()
     chosen = [None, None]
     if topo.rank == 0:
-        ck = pick()
+        try: ck = pick()
+        except (ConfigError, CheckpointError) as e: ck, chosen = None, [None, str(e)]     # said on every rank
         if ck is not None: chosen = [Path(ck).name, checkpoint_view(ck)]
     dist.broadcast_object_list(chosen, src=0)
     name, seen_by_0 = chosen
+    if name is None and seen_by_0: raise CheckpointError(seen_by_0)
     if name is None: return None
     ck = Path(base) / name                        # each rank's own path to it (mounts may differ between hosts)
     same = torch.tensor([float(topo.rank == 0 or checkpoint_view(ck) == seen_by_0)], device=topo.device)
