@@ -6,8 +6,9 @@ Measured per window (slowest rank, each step timed between barriers): the stall 
 loop), every step's time (with `poll()`, as `mtnlg train` runs it), the step at which the async save was
 committed. The headline is what the loop pays for a save: the `save()` call, plus each following step's excess
 over a step without a save until the write has ended (the commit; a wait at the window's end counts whole), sync
-against async, with the windows' times beside it. Launch 2, TP1 x PP2 x DP4: loads launch 1's checkpoint with mtnlg's reader and then with DCP's own,
-bytes read per rank (/proc/self/io) against the bytes each rank asks for. Also the planner's 530B figures.
+against async, with the windows' times beside it; "async_even" is async with the writer at training's CPU
+priority (the default lowers it once the copy is staged). Launch 2, TP1 x PP2 x DP4: loads launch 1's checkpoint
+with mtnlg's reader and then with DCP's own, bytes read per rank (/proc/self/io) against the bytes each rank asks for. Also the planner's 530B figures.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/checkpoint_async.py [--layers 8 --hidden 640 --repeat 3]
 """
@@ -151,7 +152,7 @@ def main():
                    async_committed_after_steps=[r["committed_after_steps"] for r in saves["rounds"]
                                                 if r["mode"] == "async"])
     def paid(r) -> float:
-        "The save() call + each later step's excess over `base` until the write ended + a wait at the window's end."
+        "save() + each later step's excess over `base` until the write ended + a wait at the window's end."
         end = len(r["step_s"]) - 1 if r["committed_after_steps"] is None else r["committed_after_steps"]
         return r["stall_s"] + sum(s - base for s in r["step_s"][1:end + 1]) + r["drain_s"]
     for r in saves["rounds"]: r["paid_s"] = paid(r)
@@ -180,17 +181,16 @@ def main():
     Path(a.out).write_text(json.dumps(out, indent=1))
     s, l = summary, summary["load_new_layout"]
     print(f"{params / 1e6:.1f}M parameters, TP2 x PP2 x DP2 bf16, median of {a.repeat} windows of {a.window} steps:")
-    print(f"  paid by the loop: sync {s['paid_s']['sync']:.3f} s, async {s['paid_s']['async']:.3f} s (writer at lower "
-          f"priority), async {s['paid_s']['async_even']:.3f} s (at training's); async/sync "
+    print(f"  paid by the loop: sync {s['paid_s']['sync']:.3f} s, async {s['paid_s']['async']:.3f} s (writer at "
+          f"lower priority), async {s['paid_s']['async_even']:.3f} s (at training's); async/sync "
           f"{s['paid_ratio_async_over_sync']:.2f} and {s['paid_ratio_async_even_over_sync']:.2f} (save() + the "
           "following steps' excess over a step without a save until the write ends)")
-    print(f"  window          sync {s['window_s']['sync']:.3f} s   async {s['window_s']['async']:.3f} s   async at "
-          f"training's priority {s['window_s']['async_even']:.3f} s")
+    print(f"  window          sync {s['window_s']['sync']:.3f} s   async {s['window_s']['async']:.3f} s   "
+          f"async at training's priority {s['window_s']['async_even']:.3f} s (async/sync "
+          f"{s['window_ratio_async_over_sync']:.2f})")
     print(f"  save stall      sync {s['stall_s']['sync']:.3f} s   async {s['stall_s']['async']:.3f} s   "
           f"(async/sync {s['stall_ratio_async_over_sync']:.3f}; {s['async_stall_over_step']:.3f} of a step); "
           f"{s['bytes_per_rank'] / 2 ** 20:.0f} MiB written per rank")
-    print(f"  window          sync {s['window_s']['sync']:.3f} s   async {s['window_s']['async']:.3f} s   "
-          f"(async/sync {s['window_ratio_async_over_sync']:.2f})")
     print(f"  step            alone {base:.3f} s   while an async save writes {during:.3f} s "
           f"({s['step_while_writing_over_base']:.2f}x); committed after {s['async_committed_after_steps']} steps")
     print(f"  load at TP1 x PP2 x DP4: read/asked per rank max {l['max_read_over_asked']:.3f} (mtnlg), "

@@ -200,7 +200,7 @@ def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
 HASHED = {"bytes": 0}           # bytes this process's loads have hashed, all readers together (tests measure it)
 
 class CheckpointReader(FileSystemReader):
-    "DCP's file reader: `.metadata` read once; of each piece only the bytes asked for; each file verified as it is read."
+    "DCP's file reader: `.metadata` read once, of each piece only the bytes asked for, each file verified as read."
     def __init__(self, path, collective: bool = False):
         # collective: every rank of the default group makes this load (each file then hashed by one rank)
         super().__init__(path)
@@ -223,9 +223,9 @@ class CheckpointReader(FileSystemReader):
         why = None
         for name in sorted(by_file):
             try: rest += self._read_file(name, by_file[name], planner, name in mine)
-            except (OSError, ValueError, CheckpointError) as e:
-                why = str(e) if isinstance(e, CheckpointError) else damaged(self.path, name, f"cannot be read ({e})")
-                break
+            except CheckpointError as e: why = str(e)
+            except (OSError, ValueError) as e: why = damaged(self.path, name, f"cannot be read ({e})")
+            if why: break
         self.failure = self._agree(why)
         if self.failure: raise CheckpointError(self.failure)
         note_verified(self.path, read)
@@ -249,7 +249,7 @@ class CheckpointReader(FileSystemReader):
         dist.all_gather_object(whys, why)
         return next((w for w in whys if w), None)
     def _read_file(self, name: str, reqs: list, planner, hashing: bool) -> list:
-        "Read what `reqs` want of data file `name` (all of it through sha256 when `hashing`); the pieces left to DCP."
+        "Read what `reqs` want of data file `name` (all of it, through sha256, when `hashing`); pieces left to DCP."
         try: fd = os.open(Path(self.path) / name, os.O_RDONLY)
         except FileNotFoundError: raise CheckpointError(damaged(self.path, name, "is missing")) from None
         try:
@@ -410,7 +410,7 @@ def _guard_optimizer(optimizer):
     _STAGING[optimizer].set()
 
 def _lower_priority(nice: int):
-    "Lower the calling thread's CPU priority by `nice` (on Linux a thread is a task of its own); elsewhere nothing."
+    "Lower the calling thread's CPU priority by `nice` (Linux: each thread is a task); elsewhere nothing."
     if nice <= 0 or not hasattr(os, "setpriority"): return
     tid = threading.get_native_id()
     with suppress(OSError): os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
@@ -641,7 +641,7 @@ def _load(sd: dict, reader: CheckpointReader):
         raise
 
 def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
-    "Load checkpoint folder `ck` (any layout) into this rank's engine (every rank calls it); `state`: its train_state.json."
+    "Load checkpoint folder `ck` (any layout) into this rank's engine (every rank); `state`: its train_state.json."
     with reading(ck):
         reader = CheckpointReader(ck, collective=True)        # `.metadata` read once: checked, then loaded
         moments = check_checkpoint(ck, cfg.model, reader)
@@ -657,7 +657,7 @@ def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000025
 def load_weights(module, ck, cfg: ModelConfig):
-    "Copy this rank's slices of the master weights in checkpoint `ck` into the model pieces in `module` (every rank)."
+    "Copy this rank's slices of the master weights in checkpoint `ck` into the pieces in `module` (every rank)."
     from megatron.core import parallel_state as ps
     shapes, reader = full_shapes(cfg), CheckpointReader(ck, collective=True)
     tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()

@@ -266,10 +266,21 @@ def run_relayout(job, out):
     shutdown()
 
 
+def run_damaged(job, out):
+    "`mtnlg eval`'s load at TP2 of a checkpoint with one damaged file: what each rank raises (or that it loaded)."
+    from mtnlg import eval as ev
+    from mtnlg.config import EvalError
+    try:
+        ev.load_model_for_eval(job["run"], 8, tp=2)
+        out["loaded"] = True
+    except EvalError as e: out["refused"] = str(e)
+    shutdown()
+
+
 def run_job(job, out):
     "One job of the plan in its sub-world (tests/subworld.py)."
     if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
-    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout)
+    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout, damaged=run_damaged)
     kinds[job["kind"]](job, out)
 
 

@@ -8,8 +8,9 @@ original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes a
 PP2 x DP2 with every fp32 master and Adam moment fragment exact.
 Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
 phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
-largest tensor is 8x the allowance, and the bytes a load at a new layout reads against the bytes it needs (DCP's
-reader as the control).
+largest tensor is 8x the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's
+reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
+of the checkpoint, where one rank hashing every file is the control).
 
 Then `mtnlg train` as users run it, on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (a data file half
 written; every data file but no `.metadata`; `.metadata` but no `COMPLETE`; `COMPLETE` but the old `latest`;

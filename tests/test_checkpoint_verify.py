@@ -2,7 +2,10 @@
 bit, zeroed bytes, one flipped bit, a file cut short and a missing file are each refused with one line naming the
 file, the checkpoint and an earlier step, by the evaluation/generation load (`load_weights`), export's reads
 (`read_tensors`) and score reuse (`verify_checkpoint`); the control: the same damage loads silently through DCP's
-own reader, and the undamaged checkpoint loads exactly. Which rank hashes which file follows the shard."""
+own reader, and the undamaged checkpoint loads exactly. `mtnlg train --resume` refuses a flipped exponent bit in
+one line (control: the intact copy resumes). Which rank hashes which file follows the shard (the measured bytes per
+rank of real 8-rank loads are in tests/test_checkpoint.py). A save into a file system too small for it is refused
+before it starts, and a disk that fills mid-write says so in one line."""
 import os, shutil
 from pathlib import Path
 import pytest
@@ -141,6 +144,7 @@ def _in_small_disk(folder: Path, code: str, size: str = "2m") -> "subprocess.Com
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
+@pytest.mark.slow
 def test_a_full_disk_says_so_in_one_line(tmp_path):
     "A checkpoint written into a 2 MiB file system: one line that names the full disk; control: the same fits 64 MiB."
     code = ("import sys\nfrom mtnlg.checkpoint import write_weights\nfrom mtnlg.config import RunConfig, ModelConfig\n"
@@ -159,3 +163,24 @@ def test_a_full_disk_says_so_in_one_line(tmp_path):
     assert lines[1].startswith("during:") and "the disk is full" in lines[1] and "free space" in lines[1]
     big = _in_small_disk(tmp_path / "big", code, "64m")                  # control: room enough
     assert big.returncode == 0 and big.stdout.splitlines() == ["written"], big.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_every_rank_refuses_a_damaged_file_alike(tmp_path):
+    "`mtnlg eval`'s load at TP2 (2 processes): rank 0 hashes the one file, rank 1 reads its half; both refuse alike."
+    from conftest import ROOT
+    from subworld import launch
+    run = demo_checkpoint(tmp_path / "run")
+    intact = shutil.copytree(run, tmp_path / "intact")
+    ck = run / "checkpoints" / "step00000000"
+    f = ck / "__0_0.distcp"
+    _flip(f, _value_offset(f, ck) + 3, 0x40)
+    plan = [[dict(name=n, kind="damaged", ranks=[0, 2], per_rank=True, run=str(r))] for n, r in
+            (("damaged", run), ("intact", intact))]
+    (tmp_path / "out").mkdir()
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, tmp_path / "out", nprocs=2, ports_per_job=2,
+                    timeout=600)
+    assert p.returncode == 0 and not got["errors"], p.stderr[-3000:] + "\n".join(got["errors"])
+    said = [r.get("refused") for r in got["ranks"]["damaged"]]
+    assert len(said) == 2 and said[0] == said[1] and f"{f} differs from its sha256" in said[0], said
+    assert [r.get("loaded") for r in got["ranks"]["intact"]] == [True, True]          # control
