@@ -132,7 +132,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--window", type=int, default=4)
     ap.add_argument("--port", type=int, default=29631)
-    ap.add_argument("--out", default="benchmarks/checkpoint_async.json")
+    ap.add_argument("--out", default="benchmarks/checkpoint_async_paid.json")
     ap.add_argument("--save-worker", action="store_true")
     ap.add_argument("--load-worker", action="store_true")
     ap.add_argument("--dir")
