@@ -270,10 +270,15 @@ def run_damaged(job, out):
     "`mtnlg eval`'s load at TP2 of a checkpoint with one damaged file: what each rank raises (or that it loaded)."
     from mtnlg import eval as ev
     from mtnlg.config import EvalError
-    try:
-        ev.load_model_for_eval(job["run"], 8, tp=2)
-        out["loaded"] = True
-    except EvalError as e: out["refused"] = str(e)
+    from mtnlg.results import reusable
+    from mtnlg.runs import checkpoint_identity
+    try: _, ck = ev.load_model_for_eval(job["run"], 8, tp=2)
+    except EvalError as e:
+        out["refused"] = str(e)
+        return shutdown()
+    r0 = _bytes_read()                                 # score reuse's check after the load: what it reads again
+    out.update(loaded=True, reusable=reusable(checkpoint_identity(ck, job["run"])))
+    out.update(reuse_read_bytes=_bytes_read() - r0, files_bytes=_files_bytes(ck))
     shutdown()
 
 

@@ -167,7 +167,8 @@ def test_a_full_disk_says_so_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_every_rank_refuses_a_damaged_file_alike(tmp_path):
-    "`mtnlg eval`'s load at TP2 (2 processes): rank 0 hashes the one file, rank 1 reads its half; both refuse alike."
+    """`mtnlg eval`'s load at TP2 (2 processes): rank 0 hashes the one file, rank 1 reads its half; both refuse alike.
+    Intact, score reuse's check afterwards reads no weight file again on either rank."""
     from conftest import ROOT
     from subworld import launch
     run = demo_checkpoint(tmp_path / "run")
@@ -183,4 +184,7 @@ def test_every_rank_refuses_a_damaged_file_alike(tmp_path):
     assert p.returncode == 0 and not got["errors"], p.stderr[-3000:] + "\n".join(got["errors"])
     said = [r.get("refused") for r in got["ranks"]["damaged"]]
     assert len(said) == 2 and said[0] == said[1] and f"{f} differs from its sha256" in said[0], said
-    assert [r.get("loaded") for r in got["ranks"]["intact"]] == [True, True]          # control
+    intact = got["ranks"]["intact"]
+    assert [(r.get("loaded"), r.get("reusable")) for r in intact] == [(True, True)] * 2          # control
+    # score reuse after the ranks' load reads no weight file again (rank 0 hashed every file before)
+    assert all(r["reuse_read_bytes"] < r["files_bytes"] / 10 for r in intact), intact
