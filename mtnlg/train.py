@@ -441,6 +441,7 @@ def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool =
 def run_training_single(cfg, run, resume, progress):
     "Train on this one process, then release its process group."
     try: return train(cfg, run, resume, progress)
+    except CheckpointError as e: raise TrainingError(str(e)) from None          # a failed save: one line
     finally: shutdown()
 
 # %% ../nbs/06_train.ipynb #a3de330d
@@ -480,7 +481,7 @@ def worker_main(argv=None) -> int:
     cfg = load_config(None, Path(a.run_dir) / "config.json")
     def main():
         try: run_training(cfg, a.run_dir, a.resume, progress=not a.no_progress)
-        except TrainingError as e:
+        except (TrainingError, CheckpointError) as e:                        # a failed save: one line
             if int(os.environ.get("RANK", 0)) == 0: print(str(e), file=sys.stderr)
             return 1
         return 0

@@ -188,3 +188,24 @@ def test_every_rank_refuses_a_damaged_file_alike(tmp_path):
     assert [(r.get("loaded"), r.get("reusable")) for r in intact] == [(True, True)] * 2          # control
     # score reuse after the ranks' load reads no weight file again (rank 0 hashed every file before)
     assert all(r["reuse_read_bytes"] < r["files_bytes"] / 10 for r in intact), intact
+
+
+@pytest.mark.slow
+def test_a_save_that_cannot_fit_is_refused_before_it_writes(tmp_path):
+    "`mtnlg train` whose run folder is a 1 MiB file system: its first save refused in one line, nothing written."
+    code = ("import subprocess, sys\n"
+            "p = subprocess.run([sys.argv[2], 'train', '--preset', 'tiny', '--layers', '2', '--global-batch', '4',"
+            " '--data', 'mock', '--no-progress', '--steps', '2', '--save-interval', '2', '--out', sys.argv[1] + '/run'],"
+            " capture_output=True, text=True)\n"
+            "print(p.returncode)\nprint(p.stderr, file=sys.stderr)\n"
+            "import pathlib\nprint(sorted(str(f.relative_to(sys.argv[1])) for f in pathlib.Path(sys.argv[1]).rglob('*.distcp')))\n")
+    import subprocess, sys
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mount = 'd=$1; shift; mount -t tmpfs -o size=1m tmpfs "$d" && exec "$@"'
+    p = subprocess.run(["unshare", "--mount", "--map-root-user", "sh", "-c", mount, "-", str(folder), sys.executable,
+                        "-c", code, str(folder), str(Path(sys.executable).parent / "mtnlg")], capture_output=True,
+                       text=True, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    rc, files = p.stdout.splitlines()[:2]
+    said = [l for l in p.stderr.splitlines() if "GB free, but a checkpoint of this run takes" in l]
+    assert rc == "1" and files == "[]" and len(said) == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr[-3000:]
