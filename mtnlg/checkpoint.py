@@ -6,6 +6,7 @@
 from __future__ import annotations
 import dataclasses, datetime, hashlib, io, itertools, json, math, os, pickle, random, shutil, struct, threading
 import time, weakref, zipfile
+from contextlib import suppress
 from pathlib import Path
 import numpy as np
 import torch
@@ -21,13 +22,16 @@ from torch.futures import Future
 from .config import (ConfigError, ModelConfig, RunConfig, atomic_file, atomic_write_text, fsync_dir,
                           save_config)
 from .model import full_shapes, tp_row_runs, split_kind
-from .checkpoint_folders import (DIGESTS, CheckpointError, fresh_step_folder, make_folder,
-                                      prune_checkpoints, reading, step_tag)
+from .checkpoint_folders import (DIGESTS, CheckpointError, check_listed, checkpoint_digests, damaged,
+                                      fresh_step_folder, make_folder, note_verified, pread_into, stored_layout,
+                                      check_free_space, disk_full,
+                                      prune_checkpoints, read_through, reading, step_tag, verifiers)
 from . import patches
+from .plan import checkpoint_cost
 from .topology import seed_all
 
 # %% auto #0
-__all__ = ['ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
+__all__ = ['HASHED', 'ADAM_KEYS', 'KILL_POINTS', 'rects', 'pieces', 'Pieces', 'write_pieces', 'tiling_fault', 'dcp_metadata',
            'metadata_bytes', 'CheckpointReader', 'engine_state', 'rng_state', 'set_rng_state', 'atomic_save',
            'save_items', 'Checkpointer', 'save_checkpoint', 'checkpoint_shapes', 'check_checkpoint', 'same_layout',
            'check_rng', 'load_checkpoint', 'load_weights', 'read_tensors', 'write_weights']
@@ -105,6 +109,13 @@ class _Digesting:
 def write_pieces(path, items: list, after_each=None) -> tuple[list[tuple], str]:
     "Write `items` [(key, full size, offsets, tensor or its maker)] into data file `path`: (records, sha256)."
     path, out = Path(path), []
+    try: return _write_pieces(path, items, after_each, out)
+    except (OSError, RuntimeError) as e:                  # torch.save says `unexpected pos` when the disk is full
+        full = disk_full(path.parent, e)
+        if full is None: raise
+        raise full from None
+
+def _write_pieces(path: Path, items: list, after_each, out: list) -> tuple[list[tuple], str]:
     with open(path, "wb") as raw:
         f = _Digesting(raw)                                   # the file's digest, made as it is written
         for i in range(len(items)):
@@ -174,23 +185,6 @@ def metadata_bytes(items: list, rank: int) -> int:
                 t.numel() * t.element_size()) for k, size, off, t in items]
     return len(pickle.dumps(_metadata(records)))
 
-# %% ../nbs/04b_checkpoint.ipynb #ck000035
-class _Range(io.RawIOBase):
-    "Bytes [start, start + length) of an open file descriptor, read with `pread` (no read-ahead)."
-    def __init__(self, fd: int, start: int, length: int):
-        self.fd, self.start, self.length, self.pos = fd, start, length, 0
-    def readable(self): return True
-    def seekable(self): return True
-    def tell(self): return self.pos
-    def seek(self, pos, whence=0):
-        self.pos = [pos, self.pos + pos, self.length + pos][whence]
-        return self.pos
-    def readinto(self, b):
-        n = max(0, min(len(b), self.length - self.pos))
-        got = os.preadv(self.fd, [memoryview(b)[:n]], self.start + self.pos) if n else 0
-        self.pos += got
-        return got
-
 # %% ../nbs/04b_checkpoint.ipynb #440f92c2
 def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     "(first element, count) of each contiguous run of box [offsets, offsets + lengths) of a row-major `shape`."
@@ -202,42 +196,16 @@ def _runs(shape, offsets, lengths) -> list[tuple[int, int]]:
     return [(sum(i * s for i, s in zip(idx, strides)) + offsets[k - 1] * inner, lengths[k - 1] * inner)
             for idx in itertools.product(*(range(o, o + n) for o, n in zip(offsets[:k - 1], lengths[:k - 1])))]
 
-# %% ../nbs/04b_checkpoint.ipynb #19624bdc
-def _pread_into(fd: int, buf, at: int):
-    "Fill `buf` from file offset `at`; `CheckpointError` at a short file."
-    done, view = 0, memoryview(buf).cast("B")
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], at + done)
-        if n == 0: raise CheckpointError(f"a checkpoint data file ends early (byte {at + done}); it is damaged")
-        done += n
-
-def _row_major(size, stride) -> bool:
-    "Whether `stride` is the row-major stride of `size` (dims of size 1 aside)."
-    want = [math.prod(size[j + 1:]) for j in range(len(size))]
-    return all(s == w for s, w, n in zip(stride, want, size) if n != 1)
-
-# %% ../nbs/04b_checkpoint.ipynb #b90a6e80
-def _stored_layout(fd: int, start: int, length: int):
-    "(file offset of its first value, dtype, shape) of the tensor `torch.save` wrote at [start, +length), or None."
-    try:
-        with zipfile.ZipFile(_Range(fd, start, length)) as z:
-            pkl = next((n for n in z.namelist() if n.endswith("data.pkl")), None)
-            got = pkl and patches.saved_tensor_layout(z.read(pkl))
-            if not got: return None
-            key, dtype, offset, size, stride = got
-            rec = z.getinfo(pkl[:-len("data.pkl")] + f"data/{key}")
-    except (zipfile.BadZipFile, KeyError): return None
-    if (rec.compress_type != zipfile.ZIP_STORED or not _row_major(size, stride)
-            or (offset + math.prod(size)) * dtype.itemsize > rec.file_size): return None
-    name_len, extra_len = struct.unpack("<HH", os.pread(fd, 30, start + rec.header_offset)[26:30])
-    return start + rec.header_offset + 30 + name_len + extra_len + offset * dtype.itemsize, dtype, tuple(size)
-
 # %% ../nbs/04b_checkpoint.ipynb #71c01736
+HASHED = {"bytes": 0}           # bytes this process's loads have hashed, all readers together (tests measure it)
+
 class CheckpointReader(FileSystemReader):
-    "DCP's file reader that reads `.metadata` once and, of each stored piece, only the bytes a load asks for."
-    def __init__(self, path):
+    "DCP's file reader: `.metadata` read once, of each piece only the bytes asked for, each file verified as read."
+    def __init__(self, path, collective: bool = False):
+        # collective: every rank of the default group makes this load (each file then hashed by one rank)
         super().__init__(path)
-        self._meta, self._layouts = None, {}
+        self._meta, self._layouts, self.collective = None, {}, collective
+        self.digests, self.failure, self.hashed = None, None, 0       # hashed: bytes this reader hashed
     def reset(self, checkpoint_id=None):
         super().reset(checkpoint_id)
         self._meta, self._layouts = None, {}
@@ -245,38 +213,83 @@ class CheckpointReader(FileSystemReader):
         if self._meta is None: self._meta = super().read_metadata(*a, **k)
         return self._meta
     def read_data(self, plan, planner):
-        rest, by_file = [], {}
+        self.digests = self.digests or checkpoint_digests(self.path)
+        by_file, rest = {}, []
         for req in plan.items:
             where = patches.dcp_storage_location(self.storage_data[req.storage_index])
-            if req.type != LoadItemType.TENSOR or where is None: rest.append(req)
-            else: by_file.setdefault(where[0], []).append((where[1], req))
-        for name, reqs in by_file.items():
-            fd = os.open(Path(self.path) / name, os.O_RDONLY)
-            try:
-                for _, req in sorted(reqs, key=lambda x: (x[0], tuple(x[1].storage_offsets))):
-                    if not self._read_piece(fd, req, planner): rest.append(req)
-            finally: os.close(fd)
+            by_file.setdefault(where[0] if where else None, []).append(req)
+        rest += by_file.pop(None, [])
+        mine, read = self._hashers(by_file)
+        why = None
+        for name in sorted(by_file):
+            try: rest += self._read_file(name, by_file[name], planner, name in mine)
+            except CheckpointError as e: why = str(e)
+            except (OSError, ValueError) as e: why = damaged(self.path, name, f"cannot be read ({e})")
+            if why: break
+        self.failure = self._agree(why)
+        if self.failure: raise CheckpointError(self.failure)
+        note_verified(self.path, read)
         if rest: super().read_data(dataclasses.replace(plan, items=rest), planner).wait()
         done = Future()
         done.set_result(None)
         return done
-    def _read_piece(self, fd: int, req, planner) -> bool:
-        "Read what `req` wants of one stored piece into its target; False when the piece is not stored plainly."
+    def _together(self) -> bool: return self.collective and dist.is_initialized() and dist.get_world_size() > 1
+    def _hashers(self, by_file) -> tuple[set, set]:
+        "(files this rank hashes, files some rank reads): all it reads, or in a collective load its `verifiers`."
+        sizes = {n: (self.digests.get(n) or (None, 0))[1] or 0 for n in by_file}     # as recorded at the save
+        if not self._together(): return set(sizes), set(sizes)
+        reads = [None] * dist.get_world_size()
+        dist.all_gather_object(reads, sizes)
+        who = verifiers(reads)
+        return {n for n, r in who.items() if r == dist.get_rank()}, set(who)
+    def _agree(self, why):
+        "The first rank's failure, on every rank of a collective load (each finishes its reads first)."
+        if not self._together(): return why
+        whys = [None] * dist.get_world_size()
+        dist.all_gather_object(whys, why)
+        return next((w for w in whys if w), None)
+    def _read_file(self, name: str, reqs: list, planner, hashing: bool) -> list:
+        "Read what `reqs` want of data file `name` (all of it, through sha256, when `hashing`); pieces left to DCP."
+        try: fd = os.open(Path(self.path) / name, os.O_RDONLY)
+        except FileNotFoundError: raise CheckpointError(damaged(self.path, name, "is missing")) from None
+        try:
+            check_listed(self.path, name, self.digests, fd)
+            segments, finish, rest = [], [], []
+            for req in sorted(reqs, key=lambda r: (r.storage_index.fqn, tuple(r.storage_offsets))):
+                got = self._piece(fd, req, planner)
+                if got is None: rest.append(req)
+                else:
+                    segments += got[0]
+                    finish.append(got[1])
+            if hashing:
+                sha, n = read_through(fd, segments)
+                self.hashed += n
+                HASHED["bytes"] += n
+                if sha != self.digests[name][0]:
+                    raise CheckpointError(damaged(self.path, name, f"differs from its sha256 in {DIGESTS}"))
+            else:
+                for at, buf in segments: pread_into(fd, buf, at)
+            for fin in finish: fin()
+        finally: os.close(fd)
+        return rest
+    def _piece(self, fd: int, req, planner):
+        "([(file offset, buffer)] of what `req` wants of one stored piece, then-commit); None: not stored plainly."
         if req.storage_index not in self._layouts:
             _, start, length = patches.dcp_storage_location(self.storage_data[req.storage_index])
-            self._layouts[req.storage_index] = _stored_layout(fd, start, length)
-        if self._layouts[req.storage_index] is None: return False
+            self._layouts[req.storage_index] = stored_layout(fd, start, length)
+        if self._layouts[req.storage_index] is None: return None
         first, dtype, shape = self._layouts[req.storage_index]
         target = planner.resolve_tensor(req).detach()
         direct = target.device.type == "cpu" and target.is_contiguous() and target.dtype == dtype
         into = target if direct else torch.empty(tuple(req.lengths), dtype=dtype, device="cpu")   # read on the host
-        flat, at, size = into.reshape(-1).view(torch.uint8).numpy(), 0, dtype.itemsize
+        flat, at, size, segments = into.reshape(-1).view(torch.uint8).numpy(), 0, dtype.itemsize, []
         for run, count in _runs(shape, req.storage_offsets, req.lengths):
-            _pread_into(fd, flat[at:at + count * size], first + run * size)
+            segments.append((first + run * size, flat[at:at + count * size]))
             at += count * size
-        if into is not target: target.copy_(into)
-        planner.commit_tensor(req, target)
-        return True
+        def commit():
+            if into is not target: target.copy_(into)
+            planner.commit_tensor(req, target)
+        return segments, commit
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000013
 ADAM_KEYS = ("exp_avg", "exp_avg_sq")
@@ -396,6 +409,12 @@ def _guard_optimizer(optimizer):
     _STAGING[optimizer] = threading.Event()
     _STAGING[optimizer].set()
 
+def _lower_priority(nice: int):
+    "Lower the calling thread's CPU priority by `nice` (Linux: each thread is a task); elsewhere nothing."
+    if nice <= 0 or not hasattr(os, "setpriority"): return
+    tid = threading.get_native_id()
+    with suppress(OSError): os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+
 # %% ../nbs/04b_checkpoint.ipynb #96942203
 def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, layout: dict | None, run=None,
             protect=()):
@@ -404,7 +423,10 @@ def _commit(d: Path, records: list, digests: dict, state: dict, cfg: RunConfig, 
     _inject_kill("metadata", step, 0)
     with atomic_file(d / ".metadata", "wb") as f: pickle.dump(dcp_metadata(records), f)
     # each data file's sha256, made by its rank as it wrote: what identifies these weights (runs.checkpoint_identity)
-    atomic_write_text(d / DIGESTS, json.dumps({"sha256": dict(sorted(digests.items()))}, indent=1))
+    sizes = {}                                            # each data file ends with its last record
+    for *_, file, start, length in records: sizes[file] = max(sizes.get(file, 0), start + length)
+    atomic_write_text(d / DIGESTS, json.dumps({"sha256": dict(sorted(digests.items())),
+                                               "bytes": dict(sorted(sizes.items()))}, indent=1))
     atomic_write_text(d / "train_state.json", json.dumps(dict(state, layout=layout), indent=1))
     save_config(cfg, d / "config.json")
     _inject_kill("complete", step, 0)
@@ -444,8 +466,9 @@ def _attempt(fn) -> str | None:
 # %% ../nbs/04b_checkpoint.ipynb #df8904e6
 class Checkpointer:
     "A run's saves: written at once, or (`cfg.async_checkpoint`) staged in host memory, written behind training."
-    def __init__(self, topo, cfg: RunConfig, run_dir, protect=()):
-        self.topo, self.cfg, self.run = topo, cfg, Path(run_dir)
+    def __init__(self, topo, cfg: RunConfig, run_dir, protect=(), writer_nice: int = 10):
+        # writer_nice: how much lower the async writer runs, once its copy is staged, than training's threads
+        self.topo, self.cfg, self.run, self.writer_nice = topo, cfg, Path(run_dir), writer_nice
         self.protect, self.pending, self.moments, self.waited_s = [p for p in protect if p], None, False, 0.0
         self.parallel = dist.is_initialized() and topo.world_size > 1
         # the writers' own group: their collectives run beside training's (torch's async_save does the same)
@@ -478,6 +501,7 @@ class Checkpointer:
             items = [(k, size, off, t.detach().to("cpu", copy=True)) for k, size, off, t in items]
         except Exception as e: job.error = f"staging: {type(e).__name__}: {e}"
         finally: job.staged.set()
+        _lower_priority(self.writer_nice)                         # the write yields the CPU to training
         self._write(job, items, rng)
 
     def _from_rank0(self, obj):
@@ -491,7 +515,7 @@ class Checkpointer:
         "Every rank (in the writer thread when async): rank 0 prepares the folder, each writes, rank 0 commits."
         step, rank = job.state["step"], self.topo.rank
         if self.cfg.async_checkpoint and _hold_steps(): job.held.wait()
-        failed = self._from_rank0(_attempt(lambda: fresh_step_folder(self.run, step)) if rank == 0 else None)
+        failed = self._from_rank0(_attempt(lambda: self._prepare(step)) if rank == 0 else None)
         out = {}
         def write():
             out["records"], out["digest"] = write_pieces(job.folder / f"__{rank}_0.distcp", items,
@@ -508,6 +532,13 @@ class Checkpointer:
             bad = [(r, why) for r, (_, _, why) in enumerate(written) if why]
             failed = f"rank {bad[0][0]}: {bad[0][1]}" if bad else _attempt(lambda: self._commit(job, written))
         job.error = self._from_rank0(failed)
+
+    def _prepare(self, step: int):
+        "Rank 0: the step's empty folder, once the file system has room for the whole checkpoint."
+        fresh_step_folder(self.run, step)
+        cost = checkpoint_cost(self.cfg)
+        planned = cost["total_bytes"] if self.moments else cost["weights_fp32_bytes"]
+        check_free_space(self.run / "checkpoints", planned, self.cfg.keep_last)
 
     def _commit(self, job: _Save, written: list):
         "Rank 0, with every rank's (records, digest): the folder becomes the checkpoint, `latest` names it."
@@ -602,15 +633,22 @@ def check_rng(ck, cfg: RunConfig, ranks=None):
                               "(random states are then re-seeded)")
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000023
+def _load(sd: dict, reader: CheckpointReader):
+    "`dcp.load` of `sd` through `reader`; a damaged file refused in the reader's one line, not in DCP's exception."
+    try: dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
+    except (Exception, dcp.CheckpointException):           # (DCP's exception is no `Exception`)
+        if reader.failure: raise CheckpointError(reader.failure) from None
+        raise
+
 def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
-    "Load checkpoint folder `ck` (any layout) into this rank's engine; `state` is its train_state.json."
+    "Load checkpoint folder `ck` (any layout) into this rank's engine (every rank); `state`: its train_state.json."
     with reading(ck):
-        reader = CheckpointReader(ck)                         # `.metadata` read once: checked, then loaded
+        reader = CheckpointReader(ck, collective=True)        # `.metadata` read once: checked, then loaded
         moments = check_checkpoint(ck, cfg.model, reader)
         check_rng(ck, cfg, [topo.rank])
         if moments: _init_adam_state(engine, state["step"] - state["skipped"])
         sd = engine_state(engine, cfg, ("model",) + (ADAM_KEYS if moments else ()), saving=False)
-        dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
+        _load(sd, reader)
         if same_layout(state, cfg): set_rng_state(torch.load(Path(ck) / "rng" / f"rank{topo.rank:05d}.pt",
                                                              weights_only=False))
         else: seed_all(cfg.seed + 7919 * state["step"], topo)
@@ -619,33 +657,33 @@ def load_checkpoint(engine, topo, cfg: RunConfig, ck, state: dict):
 
 # %% ../nbs/04b_checkpoint.ipynb #ck000025
 def load_weights(module, ck, cfg: ModelConfig):
-    "Copy this rank's slices of the master weights in checkpoint `ck` into the model pieces in `module`."
+    "Copy this rank's slices of the master weights in checkpoint `ck` into the pieces in `module` (every rank)."
     from megatron.core import parallel_state as ps
-    shapes, reader = full_shapes(cfg), CheckpointReader(ck)
+    shapes, reader = full_shapes(cfg), CheckpointReader(ck, collective=True)
     tp, r = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     with reading(ck):
         check_checkpoint(ck, cfg, reader)
+        sd, fill = {}, []
         for m in module.modules():
             prefix = getattr(m, "full_prefix", None)
             if prefix is None: continue
-            sd, fill = {}, []
             for n, p in m.named_parameters():
                 name = f"{prefix}.{n}"
                 buf = p.detach() if p.dtype == torch.float32 else torch.zeros(p.shape)
                 got = pieces(name, p.shape, 0, p.numel(), buf.view(-1), cfg, tp, r)
                 if got: sd[f"model/{name}"] = Pieces(shapes[name], got)
                 if buf is not p: fill.append((p, buf))
-            dcp.load(sd, storage_reader=reader, planner=_LoadPlanner(), no_dist=True)
-            with torch.no_grad():
-                for p, buf in fill: p.copy_(buf)
+        _load(sd, reader)                                 # one load: each file read (and verified) once
+        with torch.no_grad():
+            for p, buf in fill: p.copy_(buf)
     return module
 
 # %% ../nbs/04b_checkpoint.ipynb #729bd080
 def read_tensors(ck, names, cfg: ModelConfig, reader=None) -> dict[str, torch.Tensor]:
-    "Whole fp32 master tensors `names` of checkpoint `ck` (one process; only these are read)."
+    "Whole fp32 master tensors `names` of checkpoint `ck` (one process; only these are read, each file verified)."
     shapes = full_shapes(cfg)
     sd = {f"model/{n}": torch.empty(shapes[n]) for n in names}
-    dcp.load(sd, storage_reader=reader or CheckpointReader(ck), planner=_LoadPlanner(), no_dist=True)
+    _load(sd, reader or CheckpointReader(ck))
     return {n: sd[f"model/{n}"] for n in names}
 
 def write_weights(ck, cfg: RunConfig, tensor, state: dict | None = None) -> Path:

@@ -526,12 +526,14 @@ def load_model_for_eval(run_dir, batch_size: int = 8, tp: int = 1, pp: int = 1, 
     # 1.7x glibc's defaults in one process over 100 HellaSwag 5-shot documents; TP2 x PP2 x DP2 ranks were killed at
     # 8 GB over 200), for 1.6x the speed on CPU
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    if tp * pp * dp == 1:
-        model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
-        if torch.cuda.is_available(): model = model.cuda()
-        return gpt_scorer(model, batch_size), ck
+    try:                                      # each file a rank reads is verified as it is read (04b_checkpoint)
+        if tp * pp * dp == 1:
+            model = load_weights(GPT(cfg.model), ck, cfg.model).to(dtype)
+            if torch.cuda.is_available(): model = model.cuda()
+            return gpt_scorer(model, batch_size), ck
+        module = load_weights(build_pipeline(cfg, topo), ck, cfg.model)
+    except CheckpointError as e: raise EvalError(str(e)) from None
     import deepspeed
-    module = load_weights(build_pipeline(cfg, topo), ck, cfg.model)
     engine, *_ = deepspeed.initialize(model=module, config={           # no optimizer: inference only
         "train_micro_batch_size_per_gpu": batch_size, "gradient_accumulation_steps": 1,
         "train_batch_size": batch_size * dp, "steps_per_print": 10 ** 9,

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from .config import EvalError, ModelConfig, RunConfig, atomic_path, fsync_dir, load_config, save_config
 from .model import full_shapes
-from .checkpoint_folders import reading, step_tag
+from .checkpoint_folders import CheckpointError, reading, step_tag
 from .checkpoint import CheckpointReader, check_checkpoint, read_tensors, write_weights
 from .tokenizer import gpt2_files
 from .runs import find_checkpoint
@@ -109,7 +109,8 @@ def export_checkpoint(ck, out_dir, dtype: str = "bf16", done=None) -> Path:
     with reading(ck), atomic_path(out) as tmp:
         tmp.mkdir()
         for i, group in enumerate(groups):
-            got = read_tensors(ck, [p for p, _, _ in group], cfg, reader)
+            try: got = read_tensors(ck, [p for p, _, _ in group], cfg, reader)     # each file verified once
+            except CheckpointError as e: raise ExportError(str(e)) from None
             shard = {h: (got[p].t() if t else got[p]).to(DTYPES[dtype]).contiguous() for p, h, t in group}
             name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
             save_file(shard, str(tmp / name), metadata={"format": "pt"})

@@ -428,7 +428,8 @@ def load_generator(source, tp: int = 1, pp: int = 1, precision: str = "fp32", st
     topo = init_distributed(cfg.parallel, run_cfg=cfg)
     try: ck = agreed_checkpoint(ck.parent, lambda: ck, topo)     # rank 0's, seen alike by every rank
     except CheckpointError as e: raise GenerateError(str(e)) from None
-    stage = load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck, cfg.model)
+    try: stage = load_weights(Stage(cfg.model, topo.pp, topo.pp_rank), ck, cfg.model)     # verified as read
+    except CheckpointError as e: raise GenerateError(str(e)) from None
     stage = stage.to(torch.bfloat16 if precision == "bf16" else torch.float32)
     return Generator(ModelDecoder(stage, topo.device), run_tokenizer(source), rank0=topo.rank == 0)
 

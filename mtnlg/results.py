@@ -10,12 +10,12 @@ from . import __version__
 from .config import EvalError, atomic_path, atomic_write_text, file_sha256
 from .tasks import SELECTABLE, TASKS, task_identity
 from .runs import tokenizer_identity
-from .checkpoint import DIGESTS
+from .checkpoint_folders import DIGESTS, CheckpointError, verify_checkpoint
 
 # %% auto #0
 __all__ = ['NORMALISATION', 'GREEDY', 'PAPER_COLUMNS', 'result_path', 'provenance', 'code_identity', 'report_key',
-           'content_sha256', 'weights_check', 'reusable', 'normalisation', 'paper_score', 'shot_pools', 'results_table',
-           'paper_sources', 'markdown_table', 'plot_results', 'write_report']
+           'weights_check', 'reusable', 'normalisation', 'paper_score', 'shot_pools', 'results_table', 'paper_sources',
+           'markdown_table', 'plot_results', 'write_report']
 
 # %% ../nbs/07b_results.ipynb #f02db86b
 def result_path(out_dir, task: str, k: int) -> Path:
@@ -48,34 +48,18 @@ def report_key(prov: dict | None) -> tuple:
                  ) + (task.get("lm_eval"),)
 
 # %% ../nbs/07b_results.ipynb #bf24912a
-_CONTENT: dict = {}    # (path, inode, size, mtime, ctime) -> sha256 of the bytes (ctime: `cp -p` cannot keep it)
-
-def content_sha256(p: Path) -> str:
-    "sha256 of file `p`'s bytes, as `digests.json` records them; hashed once while the file does not change."
-    s = p.stat()
-    key = (str(p), s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
-    if key not in _CONTENT:
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""): h.update(chunk)
-        _CONTENT[key] = h.hexdigest()
-    return _CONTENT[key]
-
 def weights_check(model: dict) -> str | None:
     "None when every weight file of `model`'s checkpoint holds what its digests.json says; else what differs."
     folder = Path(model["checkpoint"])
     if not (folder / DIGESTS).is_file(): return None        # an HF folder: its fingerprint hashed every file
-    digests = json.loads((folder / DIGESTS).read_text())["sha256"]
-    for name, sha in sorted(digests.items()):
-        if not (folder / name).is_file(): return f"{name} is missing"
-        if content_sha256(folder / name) != sha: return f"{name} differs from {DIGESTS}"
-    return None
+    try: return verify_checkpoint(folder)                   # what this process's load verified: not read again
+    except CheckpointError as e: return str(e)
 
 def reusable(model: dict | None) -> bool:
     "Whether scores of `model` may be reused: its weights identified by content, and its files verified so."
     if model is None or model.get("fingerprint") is None: return False
     why = weights_check(model)
-    if why: model["unidentified"] = f"{why}: the weights are not what was fingerprinted; scores not reused"
+    if why: model["unidentified"] = f"{why}; the weights are not what was fingerprinted: scores not reused"
     return why is None
 
 # %% ../nbs/07b_results.ipynb #0aa2c49b

@@ -189,7 +189,9 @@ def _build(cfg: RunConfig, run: Path, resume: bool, topo):
     module = init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=ck is not None)  # own slices only
     step0 = state["step"]
     engine = build_engine(cfg, topo, module, grad_accum=plan[min(step0, len(plan) - 1)] // (p.micro_batch * p.dp))
-    if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)
+    try:
+        if ck is not None: load_checkpoint(engine, topo, cfg, ck, state)     # a damaged file: one line
+    except CheckpointError as e: raise TrainingError(str(e)) from None
     return plan, train_ds, valid_ds, engine, state, ck
 
 # %% ../nbs/06_train.ipynb #5e3db6dd
@@ -439,6 +441,7 @@ def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool =
 def run_training_single(cfg, run, resume, progress):
     "Train on this one process, then release its process group."
     try: return train(cfg, run, resume, progress)
+    except CheckpointError as e: raise TrainingError(str(e)) from None          # a failed save: one line
     finally: shutdown()
 
 # %% ../nbs/06_train.ipynb #a3de330d
@@ -478,7 +481,7 @@ def worker_main(argv=None) -> int:
     cfg = load_config(None, Path(a.run_dir) / "config.json")
     def main():
         try: run_training(cfg, a.run_dir, a.resume, progress=not a.no_progress)
-        except TrainingError as e:
+        except (TrainingError, CheckpointError) as e:                        # a failed save: one line
             if int(os.environ.get("RANK", 0)) == 0: print(str(e), file=sys.stderr)
             return 1
         return 0

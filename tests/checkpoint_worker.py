@@ -26,6 +26,7 @@ import torch
 
 from mtnlg.config import load_config
 from mtnlg.topology import init_distributed, shutdown
+from mtnlg.checkpoint import HASHED
 from subworld import run_plan
 
 
@@ -175,6 +176,11 @@ def _asked_bytes(engine, cfg) -> int:
                for _, _, t in p.rects)
 
 
+def _files_bytes(ck) -> int:
+    "Bytes of every data file of checkpoint `ck` (what one rank hashing them all would read)."
+    return sum(f.stat().st_size for f in Path(ck).glob("*.distcp"))
+
+
 def run_memory(job, out):
     "Per-rank peak host memory of every phase, each measured alone (allocator reset), with each rank's own sizes."
     import dataclasses
@@ -204,9 +210,10 @@ def run_memory(job, out):
     engine = module = None                                # free the first engine before the second
     new = build_engine(cfg, topo, init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed, zero=True))
     saved = json.loads((ck / "train_state.json").read_text())
-    r0 = _bytes_read()
+    r0, h0 = _bytes_read(), HASHED["bytes"]
     measure("load", lambda: load_checkpoint(new, topo, cfg, ck, saved))
     out.update(load_read_bytes=_bytes_read() - r0, load_asked_bytes=_asked_bytes(new, cfg),
+               load_hashed_bytes=HASHED["bytes"] - h0, files_bytes=_files_bytes(ck),
                load_moments_bytes=_moments_bytes(new))
     new = None
     measure("eval_load", lambda: load_weights(build_pipeline(cfg, topo), ck, cfg.model))
@@ -245,9 +252,10 @@ def run_relayout(job, out):
     out.update(_sizes(module))
     out["largest_tensor_bytes"] = max(4 * torch.Size(v).numel() for v in full_shapes(cfg.model).values())
     new = build_engine(cfg, topo, module)
-    r0 = _bytes_read()
+    r0, h0 = _bytes_read(), HASHED["bytes"]
     _measure(out, "load_new_layout", lambda: load_checkpoint(new, topo, cfg, ck, saved), libc)
-    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg),
+    out.update(read_bytes=_bytes_read() - r0, asked_bytes=_asked_bytes(new, cfg), hashed_bytes=HASHED["bytes"] - h0,
+               files_bytes=_files_bytes(ck),
                moments_bytes=_moments_bytes(new))
     # positive control: the same load through DCP's own reader
     sd = engine_state(new, cfg, ("model",) + ADAM_KEYS, saving=False)
@@ -258,10 +266,26 @@ def run_relayout(job, out):
     shutdown()
 
 
+def run_damaged(job, out):
+    "`mtnlg eval`'s load at TP2 of a checkpoint with one damaged file: what each rank raises (or that it loaded)."
+    from mtnlg import eval as ev
+    from mtnlg.config import EvalError
+    from mtnlg.results import reusable
+    from mtnlg.runs import checkpoint_identity
+    try: _, ck = ev.load_model_for_eval(job["run"], 8, tp=2)
+    except EvalError as e:
+        out["refused"] = str(e)
+        return shutdown()
+    r0 = _bytes_read()                                 # score reuse's check after the load: what it reads again
+    out.update(loaded=True, reusable=reusable(checkpoint_identity(ck, job["run"])))
+    out.update(reuse_read_bytes=_bytes_read() - r0, files_bytes=_files_bytes(ck))
+    shutdown()
+
+
 def run_job(job, out):
     "One job of the plan in its sub-world (tests/subworld.py)."
     if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
-    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout)
+    kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout, damaged=run_damaged)
     kinds[job["kind"]](job, out)
 
 

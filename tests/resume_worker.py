@@ -11,7 +11,7 @@ import os, sys, warnings
 warnings.filterwarnings("ignore")
 if "strict_deprecations" in sys.modules: sys.modules["strict_deprecations"].install()   # tests/strict
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-from mtnlg.config import ParallelConfig
+from mtnlg.config import ConfigError, ParallelConfig
 from mtnlg.checkpoint_folders import latest_checkpoint
 from mtnlg.topology import init_distributed
 from mtnlg.train import TrainingError, resume_checkpoint
@@ -21,8 +21,9 @@ from subworld import run_plan
 def run_job(job, out):
     topo = init_distributed(ParallelConfig(dp=job["ranks"][1]), timeout_s=120)
     run = job["runs"][topo.rank]
-    alone = latest_checkpoint(run)
-    out.update(rank=topo.rank, alone=None if alone is None else alone.name)
+    try: alone = latest_checkpoint(run)
+    except ConfigError as e: alone = f"refused: {e}"                # `latest` names a folder this rank cannot see
+    out.update(rank=topo.rank, alone=getattr(alone, "name", alone))
     try: out["picked"] = resume_checkpoint(run, topo).name
     except TrainingError as e: out["refused"] = str(e)             # raised on every rank alike
 

@@ -8,8 +8,9 @@ original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes a
 PP2 x DP2 with every fp32 master and Adam moment fragment exact.
 Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
 phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
-largest tensor is 8x the allowance, and the bytes a load at a new layout reads against the bytes it needs (DCP's
-reader as the control).
+largest tensor is 8x the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's
+reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
+of the checkpoint, where one rank hashing every file is the control).
 
 Then `mtnlg train` as users run it, on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (a data file half
 written; every data file but no `.metadata`; `.metadata` but no `COMPLETE`; `COMPLETE` but the old `latest`;
@@ -175,17 +176,32 @@ def test_per_rank_memory_follows_the_shard(memory):
 
 
 def test_loads_read_what_they_need(memory):
-    "Bytes read per rank within 1.05x of the bytes asked for, at the same and at a new layout; DCP's reader is not."
-    for r in memory["memory"]: assert r["load_read_bytes"] <= 1.05 * r["load_asked_bytes"]
+    "Bytes read per rank within 1.05x of the bytes asked for (+ the files it verifies), at the same and a new layout."
+    for r in memory["memory"]:                        # at the layout it was saved at: each rank verifies its own file
+        assert r["load_read_bytes"] <= 1.05 * r["load_asked_bytes"], (r["load_read_bytes"], r["load_asked_bytes"])
     ranks = memory["relayout"]
     assert len(ranks) == 8
     for r in ranks:
-        assert r["read_bytes"] <= 1.05 * r["asked_bytes"], (r["read_bytes"], r["asked_bytes"])
+        assert r["read_bytes"] <= 1.05 * r["asked_bytes"] + r["hashed_bytes"], (r["read_bytes"], r["asked_bytes"])
         bound = r["moments_bytes"] + r["shard_bytes"] + ALLOWANCE
         assert r["load_new_layout"] <= bound < r["load_new_layout"] + r["largest_tensor_bytes"], \
             (r["load_new_layout"], bound)
     # positive control: the same loads through DCP's own reader read whole stored pieces, once per overlap
     assert max(r["stock_read_bytes"] / r["asked_bytes"] for r in ranks) > 1.05
+
+
+def test_each_rank_verifies_only_its_share_of_the_files(memory):
+    "Every data file hashed by exactly one rank; bytes hashed per rank follow the shard; rank 0 hashing all fails it."
+    for job in ("memory", "relayout"):
+        ranks = memory[job]
+        key = "load_hashed_bytes" if job == "memory" else "hashed_bytes"
+        total = ranks[0]["files_bytes"]
+        assert sum(r[key] for r in ranks) == total                  # every file verified, each once
+        bound = 2 * total / len(ranks)                              # twice an even share
+        for r in ranks: assert r[key] <= bound, (job, r[key], bound)
+        assert total > bound                                        # positive control: one rank hashing every file
+    for r in memory["memory"]:                                      # at the saved layout: its own file, nothing more
+        assert r["load_hashed_bytes"] <= 1.05 * r["load_asked_bytes"]
 
 
 # -------------------------------------------------------------------------------------------------------------

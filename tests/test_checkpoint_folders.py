@@ -161,3 +161,73 @@ def test_commands_read_the_step_their_launcher_resolved(tmp_path):
         assert argv[argv.index("--step") + 1] == "1"
         again = mod.cli_parser(argparse.ArgumentParser()).parse_args(argv)
         assert find_checkpoint(again.checkpoint, again.step).name == "step00000001"
+
+
+def _wait_for(path: Path, proc=None):
+    "Until file `path` exists (or `proc` ended); a hook's signal, not a time."
+    for _ in range(3000):
+        if path.exists() or (proc is not None and proc.poll() is not None): return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never appeared")
+
+
+READ = ("import sys; from mtnlg.checkpoint_folders import reading\n"
+        "with reading(sys.argv[1]): print('read', flush=True)")
+
+
+@pytest.mark.parametrize("locks", [True, False])
+def test_the_pruners_moment_without_complete_loses_no_leased_step(tmp_path, locks):
+    """A pruner stopped after its lease check, a reader arriving, the pruner killed once `COMPLETE` is gone: the reader
+    waits and is refused in one line (it never reads a step being pruned). Control (`locks` False: the pruning lock
+    cannot be made): the reader passes its check in that moment; then `clean_partial` keeps the leased folder."""
+    run = _run(tmp_path, steps=(1, 2, 3))
+    ck = run / "checkpoints" / "step00000001"
+    if not locks: (run / "checkpoints" / F.READERS / f"{ck.name}.prune").mkdir(parents=True)
+    gate, read_gate = tmp_path / "gate", tmp_path / "read_gate"
+    prune = "import sys; from mtnlg.checkpoint_folders import prune_checkpoints; prune_checkpoints(sys.argv[1], 1)"
+    pruner = subprocess.Popen([sys.executable, "-c", prune, str(run)],
+                              env=dict(os.environ, MTNLG_INJECT_PRUNE_GATE=f"{gate}:kill"))
+    _wait_for(Path(f"{gate}.held"))                               # leases checked: none; COMPLETE still there
+    reader = subprocess.Popen([sys.executable, "-c", READ, str(ck)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=dict(os.environ, MTNLG_INJECT_READ_GATE=str(read_gate)))
+    for _ in range(3000):                                         # its lease is named (before it checks COMPLETE)
+        if list((run / "checkpoints" / F.READERS).glob(f"{ck.name}@*")): break
+        time.sleep(0.1)
+    if not locks: _wait_for(Path(f"{read_gate}.held"), reader)   # control: it passed its check in the moment
+    gate.touch()
+    pruner.wait(timeout=300)
+    assert pruner.returncode == -9 and not (ck / "COMPLETE").exists()      # killed with COMPLETE removed
+    if locks:
+        out, err = reader.communicate(timeout=300)
+        assert reader.returncode == 1 and "read" not in out and "is not a complete checkpoint" in err
+        assert F.clean_partial(run) == [ck]                       # no reader: the half-pruned folder goes
+    else:
+        assert F.clean_partial(run) == [] and (ck / "__0_0.distcp").exists()   # a live lease keeps it
+        read_gate.touch()
+        out, _ = reader.communicate(timeout=300)
+        assert out == "read\n"
+        assert F.clean_partial(run) == [ck]                       # let go: removed
+
+
+def test_a_reader_that_cannot_take_a_lease_is_told(tmp_path, capsys):
+    "No `.readers/` can be made (a file there, as on a read-only mount): one line on stderr says so, the read goes on."
+    run = _run(tmp_path)
+    ck = run / "checkpoints" / "step00000001"
+    with F.reading(ck): pass
+    assert capsys.readouterr().err == ""                          # control: a lease taken, nothing said
+    shutil.rmtree(run / "checkpoints" / F.READERS)
+    (run / "checkpoints" / F.READERS).write_text("")
+    with F.reading(ck): pass
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no reader's lease on" in err and "may prune this step" in err
+
+
+def test_latest_accepts_only_a_step_that_exists(tmp_path):
+    from mtnlg.config import ConfigError
+    run = _run(tmp_path, steps=(1, 2))
+    latest = run / "checkpoints" / "latest"
+    latest.write_text("step00000001")
+    assert F.latest_checkpoint(run).name == "step00000001"       # control: a real step is taken
+    for typo in ("step4", "../step00000001", "step00000009"):
+        latest.write_text(typo)
+        with pytest.raises(ConfigError, match="which is no checkpoint folder of this run"): F.latest_checkpoint(run)

@@ -1,10 +1,15 @@
-"""A stored score is reused only for weights verified by content: a checkpoint's weight files are hashed against its
-`digests.json` before a stored score counts, so another checkpoint's file of the same shapes copied over (which
-keeps the fingerprint, made from the digests) is scored again, and its score is never reused for the original."""
+"""A stored score is reused only for weights verified by content, and by the loads' own check: the evaluation's load
+verifies each weight file it reads against the checkpoint's `digests.json` (on the rank that reads it), so reuse
+reads no weight file again; a file changed since is hashed again (the control). Another checkpoint's file of the
+same shapes copied over one (which keeps the fingerprint, made from the digests) is refused at load in one line,
+and no score is reused for it."""
 import shutil
+import pytest
 from conftest import DATA
 from mtnlg import eval as ev
+from mtnlg.config import EvalError
 from mtnlg.generate import demo_checkpoint
+from mtnlg.results import reusable
 from mtnlg.runs import checkpoint_identity, find_checkpoint, run_tokenizer
 
 
@@ -16,20 +21,31 @@ def score(run, out) -> dict:
                        model=model, keep_loglikelihoods=True)[0]
 
 
-def test_a_swapped_weight_file_is_scored_again(tmp_path):
+def _read() -> int:
+    return int(next(l for l in open("/proc/self/io") if l.startswith("rchar")).split()[1])
+
+
+def test_a_swapped_weight_file_is_refused_and_never_reused(tmp_path):
     run, other = demo_checkpoint(tmp_path / "run"), demo_checkpoint(tmp_path / "other", seed=1)
     ck, out = find_checkpoint(run), tmp_path / "eval"
     first = score(run, out)
     assert "cached" not in first and first["provenance"]["model"]["weights"] == "verified"
     assert score(run, out).get("cached")                                        # the control: reused when verified
     original = ck / "__0_0.distcp"
+    size = original.stat().st_size
+    r0 = _read()
+    assert reusable(checkpoint_identity(ck, run))                               # the load verified it: not read again
+    assert _read() - r0 < size / 10
+    original.touch()                                                            # control: a file changed since
+    r0 = _read()
+    assert reusable(checkpoint_identity(ck, run)) and _read() - r0 >= size      # is hashed again
     shutil.copy(original, tmp_path / "kept.distcp")
     shutil.copy(find_checkpoint(other) / "__0_0.distcp", original)             # same shapes, other weights
-    swapped = score(run, out)
-    assert "cached" not in swapped and swapped["loglikelihoods"] != first["loglikelihoods"]
-    assert swapped["provenance"]["model"]["weights"] == "__0_0.distcp differs from digests.json"
-    assert swapped["provenance"]["model"]["fingerprint"] == first["provenance"]["model"]["fingerprint"]
+    with pytest.raises(EvalError) as e: score(run, out)
+    assert "\n" not in str(e.value) and f"{original} differs from its sha256 in digests.json" in str(e.value)
+    model = checkpoint_identity(ck, run)
+    assert model["fingerprint"] == first["provenance"]["model"]["fingerprint"]   # the fingerprint cannot tell
+    assert not reusable(model) and "__0_0.distcp differs" in model["unidentified"]
     shutil.copy(tmp_path / "kept.distcp", original)                             # the right weights back
     back = score(run, out)
-    assert "cached" not in back and back["loglikelihoods"] == first["loglikelihoods"]   # not the swapped run's
-    assert score(run, out).get("cached")
+    assert back.get("cached") and back["loglikelihoods"] == first["loglikelihoods"]
