@@ -176,7 +176,8 @@ def preflight(args) -> RunConfig | None:
         if cfg is None: return None
         m, tp, pp = cfg.model, args.tp, args.pp
         if m.num_heads % tp:
-            raise ConfigError(f"--tp {tp} does not divide the model's {m.num_heads} heads; pick a divisor")
+            divisors = ", ".join(str(d) for d in range(1, m.num_heads + 1) if m.num_heads % d == 0)
+            raise ConfigError(f"--tp {tp} does not divide the model's {m.num_heads} heads; use --tp {divisors}")
         if pp > m.num_layers:
             raise ConfigError(f"--pp {pp}: the model has {m.num_layers} layers; use --pp <= {m.num_layers}")
         if tp * pp * getattr(args, "dp", 1) > 1: jobs.place(tp, pp, getattr(args, "dp", 1))
