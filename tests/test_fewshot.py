@@ -195,3 +195,32 @@ def test_winogrande_twins_never_enter_each_others_prompts(fixture_data):
     assert sum(LEFT_OUT["winogrande"].values()) == sum(len(ps) for ps in twins.values())     # counted
     plain = ContextSampler(pool, rnd=1234)
     assert leaks(lambda d: plain.sample(n=50, eval_doc=d)) > 5   # control: the leak without the exclusion
+
+
+def _icl_until_the_model(tmp_path, **params):
+    "Run nbs/16_icl.ipynb with `params` up to the cell that loads the model; the exception it raised, or None."
+    from execnb.nbio import read_nb
+    from execnb.shell import CaptureShell
+    from conftest import ROOT
+    nb = read_nb(ROOT / "nbs" / "16_icl.ipynb")
+    at = next(i for i, c in enumerate(nb.cells) if "Session(source" in c.source)
+    nb.cells = nb.cells[:at]
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source += "".join(f"\n{k} = {v!r}" for k, v in {"out_dir": str(tmp_path / "out"), **params}.items())
+    sh = CaptureShell(path=ROOT / "nbs")
+    try: sh.run_all(nb, exc_stop=True)
+    except Exception as e: return e
+    return None
+
+
+def test_the_icl_study_checks_every_pool_before_the_model_loads(tmp_path):
+    """RACE-h has no training split here: at limit 24 of its 26 questions experiments 2-4 have no examples, and 30 shots
+    are more than experiment 1's pool; both stop before the model loads (no result written). The control: the
+    study's defaults pass the same checks."""
+    data = str(FIXTURES)
+    few = _icl_until_the_model(tmp_path / "a", task="race_h", limit=24, data=data)
+    assert isinstance(few, ValueError) and "cannot give 2" in str(few), few
+    many = _icl_until_the_model(tmp_path / "b", task="race_h", limit=8, shots="0,30", data=data)
+    assert isinstance(many, EvalError) and "30 shots asked" in str(many), many
+    assert not (tmp_path / "a" / "out" / "eval_seed1").exists() and not (tmp_path / "b" / "out" / "eval_seed1").exists()
+    assert _icl_until_the_model(tmp_path / "c", task="race_h", limit=8, data=data) is None
