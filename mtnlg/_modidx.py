@@ -947,7 +947,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                              'mtnlg.stats.cluster_t_ci': ('stats.html#cluster_t_ci', 'mtnlg/stats.py'),
                              'mtnlg.stats.clustered_coverage': ('stats.html#clustered_coverage', 'mtnlg/stats.py'),
                              'mtnlg.stats.proportion_coverage': ('stats.html#proportion_coverage', 'mtnlg/stats.py'),
-                             'mtnlg.stats.sentiment_coverage': ('stats.html#sentiment_coverage', 'mtnlg/stats.py'),
+                             'mtnlg.stats.resampled_coverage': ('stats.html#resampled_coverage', 'mtnlg/stats.py'),
+                             'mtnlg.stats.samples_for_coverage': ('stats.html#samples_for_coverage', 'mtnlg/stats.py'),
                              'mtnlg.stats.wilson': ('stats.html#wilson', 'mtnlg/stats.py')},
             'mtnlg.tasks': { 'mtnlg.tasks.PaperTask': ('tasks.html#papertask', 'mtnlg/tasks.py'),
                              'mtnlg.tasks._anli_docs': ('tasks.html#_anli_docs', 'mtnlg/tasks.py'),
@@ -971,7 +972,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                              'mtnlg.tasks.check_seed': ('tasks.html#check_seed', 'mtnlg/tasks.py'),
                              'mtnlg.tasks.data_task': ('tasks.html#data_task', 'mtnlg/tasks.py'),
                              'mtnlg.tasks.default_data_root': ('tasks.html#default_data_root', 'mtnlg/tasks.py'),
-                             'mtnlg.tasks.doc_key': ('tasks.html#doc_key', 'mtnlg/tasks.py'),
                              'mtnlg.tasks.hub_dataset': ('tasks.html#hub_dataset', 'mtnlg/tasks.py'),
                              'mtnlg.tasks.hub_offline': ('tasks.html#hub_offline', 'mtnlg/tasks.py'),
                              'mtnlg.tasks.hub_source': ('tasks.html#hub_source', 'mtnlg/tasks.py'),
@@ -1078,4 +1078,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                              'mtnlg.train.stop_requested': ('train.html#stop_requested', 'mtnlg/train.py'),
                              'mtnlg.train.train': ('train.html#train', 'mtnlg/train.py'),
                              'mtnlg.train.watch_stop_signal': ('train.html#watch_stop_signal', 'mtnlg/train.py'),
-                             'mtnlg.train.worker_main': ('train.html#worker_main', 'mtnlg/train.py')}}}
+                             'mtnlg.train.worker_main': ('train.html#worker_main', 'mtnlg/train.py')},
+            'mtnlg.twins': { 'mtnlg.twins._words': ('twins.html#_words', 'mtnlg/twins.py'),
+                             'mtnlg.twins.changed_words': ('twins.html#changed_words', 'mtnlg/twins.py'),
+                             'mtnlg.twins.doc_key': ('twins.html#doc_key', 'mtnlg/twins.py'),
+                             'mtnlg.twins.is_twin': ('twins.html#is_twin', 'mtnlg/twins.py')}}}

@@ -17,6 +17,7 @@ from .topology import init_distributed, is_verbose, shutdown
 from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
+from .twins import LEFT_OUT
 from .tasks import (SELECTABLE, TASKS, VARIANTS, ENV_DATA, lm_eval_task, load_docs, parse_tasks, task_config,
                          task_shots, task_source, task_yaml, check_seed)
 from .checkpoint_folders import CheckpointError, agreed_checkpoint, reading
@@ -434,6 +435,7 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
     _quiet_lm_eval()
     t, ty = SELECTABLE[name], task_yaml(name, k)
     cfg = task_config(name, k, data)
+    LEFT_OUT.pop(name, None)                               # twins the shots leave out (mtnlg.twins)
     t0 = time.time()
     with patches.quiet_lm_eval_run():                     # no `pip list`, `git` or progress bars per call
         out = lm_eval.simple_evaluate(model=lm, tasks=[cfg], num_fewshot=k, limit=limit, log_samples=True,
@@ -460,6 +462,7 @@ def evaluate_task(lm, name: str, k: int, limit: int | None = None, data=None, se
                  for a in sm["arguments"][:1]):
         task = lm_eval_task(task_config(name, k, data))
     r["window"] = window_report(samples, lm, k, task)
+    r["twins_left_out"] = sum(LEFT_OUT.pop(name, {}).values())      # over the scored documents
     r["correct"] = [int(s[headline]) for s in samples]              # per document, for error analysis
     if keep_loglikelihoods: r["loglikelihoods"] = [[float(x[0][0]) for x in s["resps"]] for s in samples]
     return r

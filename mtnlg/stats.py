@@ -9,8 +9,9 @@ from statistics import NormalDist
 import numpy as np
 
 # %% auto #0
-__all__ = ['BOOTSTRAP_MIN_CLUSTERS', 'wilson', 'bootstrap_ci', 'cluster_bootstrap_ci', 'cluster_t_ci', 'cluster_method',
-           'cluster_ci', 'clustered_coverage', 'proportion_coverage', 'sentiment_coverage']
+__all__ = ['BOOTSTRAP_MIN_CLUSTERS', 'NO_SPREAD', 'wilson', 'bootstrap_ci', 'cluster_bootstrap_ci', 'cluster_t_ci',
+           'cluster_method', 'cluster_ci', 'clustered_coverage', 'proportion_coverage', 'resampled_coverage',
+           'samples_for_coverage']
 
 # %% ../nbs/15a_stats.ipynb #a1b2c304
 def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
@@ -53,17 +54,21 @@ def cluster_t_ci(values, clusters, level: float = 0.95) -> tuple[float, float, f
 
 # %% ../nbs/15a_stats.ipynb #d8141234
 BOOTSTRAP_MIN_CLUSTERS = 30          # below this many clusters the cluster t interval, from here the cluster bootstrap
+NO_SPREAD = "none: every cluster's mean equal (no spread seen, not certainty)"
 
 def cluster_method(n_clusters: int) -> str:
     "The interval `cluster_ci` uses for `n_clusters` clusters: 'none' (one), 'cluster t' or 'cluster bootstrap'."
     if n_clusters < 2: return "none"
     return "cluster t" if n_clusters < BOOTSTRAP_MIN_CLUSTERS else "cluster bootstrap"
 
-def cluster_ci(values, clusters, level: float = 0.95) -> tuple[float, float, float, str]:
+def cluster_ci(values, clusters, level: float = 0.95, bounds: tuple | None = None) -> tuple[float, float, float, str]:
     "(mean, low, high, method): the interval of the mean of clustered samples picked by the number of clusters."
+    # bounds: (low, high) the values cannot leave (VADER: -1, 1); the interval is cut to them
     method = cluster_method(len(np.unique(np.asarray(clusters))))
-    if method == "cluster bootstrap": return (*cluster_bootstrap_ci(values, clusters, level), method)
-    return (*cluster_t_ci(values, clusters, level), method)
+    ci = cluster_bootstrap_ci(values, clusters, level) if method == "cluster bootstrap" else cluster_t_ci(values, clusters, level)
+    if method != "none" and ci[1] == ci[2]: return ci[0], float("nan"), float("nan"), NO_SPREAD
+    if bounds is not None: ci = (ci[0], max(ci[1], bounds[0]), min(ci[2], bounds[1]))
+    return (*ci, method)
 
 # %% ../nbs/15a_stats.ipynb #a1b2c309
 def clustered_coverage(reps: int = 200, prompts: int = 12, samples: int = 40, mu: float = 0.3, sd: float = 0.8,
@@ -89,18 +94,32 @@ def proportion_coverage(reps: int = 400, p: float = 0.02, n: int = 50, seed: int
     return float(np.mean([lo <= p <= hi for _, lo, hi in (wilson(int(k), n) for k in ks)]))
 
 # %% ../nbs/15a_stats.ipynb #5fe25978
-def sentiment_coverage(clusters: int, samples: int = 3, reps: int = 2000, shift: float = 0.1, tau: float = 0.3,
-                       sigma: float = 0.8, zero: float = 0.5, seed: int = 1) -> dict:
-    "Coverage of `cluster_ci` (and of the cluster bootstrap) of sentiment-like scores of `clusters` prompts."
+def resampled_coverage(scores, prompts, clusters: int, samples: int, reps: int = 2000, level: float = 0.95,
+                       bounds: tuple | None = None, seed: int = 1) -> dict:
+    "Coverage of `cluster_ci` (and the plain cluster t, cluster bootstrap) on real `scores` of `prompts`, resampled."
+    # clusters: prompts drawn (without replacement) each replication; samples: scores drawn of each (with replacement)
+    v, p = np.asarray(scores, dtype=float), np.asarray(prompts)
+    pools = [v[p == i] for i in np.unique(p)]
+    truth = float(np.mean([x.mean() for x in pools]))
     rng = np.random.default_rng(seed)
-    def draw(effect, n):
-        "n scores of a prompt with `effect`: tanh(effect + noise), zero for a share `zero` of them."
-        return np.where(rng.random(n) < zero, 0.0, np.tanh(effect + sigma * rng.standard_normal(n)))
-    truth = float(draw(shift + tau * rng.standard_normal(1_000_000), 1_000_000).mean())
     cl = np.repeat(np.arange(clusters), samples)
-    hits = {"picked": [], "cluster_bootstrap": []}
+    hits = {"picked": [], "cluster_t": [], "cluster_bootstrap": []}
+    flagged = 0
     for _ in range(reps):
-        vals = np.concatenate([draw(e, samples) for e in shift + tau * rng.standard_normal(clusters)])
-        for name, ci in [("picked", cluster_ci(vals, cl)), ("cluster_bootstrap", cluster_bootstrap_ci(vals, cl, n_boot=200))]:
+        vals = np.concatenate([rng.choice(pools[i], samples) for i in rng.choice(len(pools), clusters, replace=False)])
+        picked = cluster_ci(vals, cl, level, bounds)
+        flagged += picked[3] == NO_SPREAD
+        for name, ci in [("picked", picked), ("cluster_t", cluster_t_ci(vals, cl, level)),
+                         ("cluster_bootstrap", cluster_bootstrap_ci(vals, cl, level, n_boot=200))]:
             hits[name].append(ci[1] <= truth <= ci[2])
-    return {"clusters": clusters, "method": cluster_method(clusters)} | {k: float(np.mean(h)) for k, h in hits.items()}
+    return {"clusters": clusters, "samples": samples, "method": cluster_method(clusters),
+            "zero_share": round(float((v == 0).mean()), 3), "flagged": flagged / reps} | {
+            k: float(np.mean(h)) for k, h in hits.items()}
+
+def samples_for_coverage(scores, prompts, clusters=(2, 3), target: float = 0.93, candidates=(3, 5, 10, 20, 40),
+                         reps: int = 2000, bounds: tuple | None = None) -> int | None:
+    "The fewest samples a prompt at which `cluster_ci` covers `target` at every cluster count (None: none does)."
+    for s in candidates:
+        if all(resampled_coverage(scores, prompts, g, s, reps, bounds=bounds)["picked"] >= target for g in clusters):
+            return s
+    return None

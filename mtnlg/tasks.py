@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 from .config import EvalError, file_sha256
 from . import patches
+from .twins import LEFT_OUT, doc_key, is_twin
 
 # %% auto #0
 __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECTABLE', 'ANLI_LABELS', 'HANS_COLUMNS', 'SOURCES',
@@ -19,8 +20,8 @@ __all__ = ['ENV_DATA', 'PAPER_TASKS', 'MTNLG_KEYS', 'TASKS', 'VARIANTS', 'SELECT
            'read_wic', 'read_race_h', 'read_train', 'hub_dataset', 'hub_train_split', 'hub_offline', 'hub_unreachable',
            'hub_source', 'task_source', 'load_docs', 'parse_tasks', 'parse_shots', 'check_seed', 'task_shots',
            'task_texts', 'race_questions', 'answer_context_task', 'task_yaml', 'task_config', 'train_split',
-           'lm_eval_task', 'doc_key', 'no_self_sampler', 'shot_task_class', 'no_self_shots', 'self_shot_count',
-           'shot_pool', 'task_identity']
+           'lm_eval_task', 'no_self_sampler', 'shot_task_class', 'no_self_shots', 'self_shot_count', 'shot_pool',
+           'task_identity']
 
 # %% ../nbs/07a_tasks.ipynb #5dcaa9e4
 ENV_DATA = "MTNLG_EVAL_DATA"
@@ -582,10 +583,6 @@ def lm_eval_task(cfg: dict):
     return cfg.get("class", ConfigurableTask)(config=cfg)
 
 # %% ../nbs/07a_tasks.ipynb #5e1a0102
-def doc_key(doc: dict) -> str:
-    "A document's content key: the sha1 of its canonical JSON (equal documents, equal keys)."
-    return hashlib.sha1(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
 def no_self_sampler(name: str, pool_disjoint: bool, apart: str | None = None):
     "lm-eval's default sampler for task `name`: never a shot that shows what the evaluated document shows."
     # apart: a field shots never share with the evaluated document (RACE-h by GPT-3: its article)
@@ -599,10 +596,12 @@ def no_self_sampler(name: str, pool_disjoint: bool, apart: str | None = None):
         docs = list(df or self.fewshot_docs())
         if n and doc is not None and getattr(self, "shown", None) is not None:
             mine = self.shown(doc)
-            others = [d for d in docs if self.key(d) != mine and (not apart or d[apart] != doc[apart])]
+            near = {id(d) for d in docs if is_twin(mine, self.key(d))}           # itself and its twins (mtnlg.twins)
+            LEFT_OUT.setdefault(name, {})[mine] = sum(self.key(d) != mine for d in docs if id(d) in near)
+            others = [d for d in docs if id(d) not in near and (not apart or d[apart] != doc[apart])]
             if len(others) < n:
                 raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {len(others)} documents that "
-                                "show something else than the evaluated one; ask for fewer shots (--shots)")
+                                "are neither the evaluated one nor its twins; ask for fewer shots (--shots)")
             return self.rnd.sample(others, n)
         if n and len(docs) < n + (eval_doc is not None):               # lm-eval draws n + 1, then drops the doc
             raise EvalError(f"{name}: {n} shots asked, but the few-shot pool holds {len(docs)} other documents; "
@@ -695,6 +694,6 @@ def task_identity(name: str, k: int, data=None) -> dict:
            "base_sha256": file_sha256(base) if base else None, "version": version, "source": kind,
            "pool": shot_pool(cfg),                                    # where the shots come from
            "data": {str(p.relative_to(root)): file_sha256(p) for p in paths},
-           "shots": "no-self-shown"}          # no shot shows what the document shows: results before it differ
+           "shots": "no-twin-shown"}          # no shot shows what the document shows, or its twin: results before differ
     if kind == "hub": out["dataset"] = hub_source(name)[3]                 # lm-eval's dataset, by name
     return out

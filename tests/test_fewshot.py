@@ -3,7 +3,7 @@
 import pytest
 from mtnlg.config import EvalError
 from conftest import DATA
-from mtnlg.tasks import TASKS, parse_tasks, self_shot_count, task_config, task_yaml
+from mtnlg.tasks import TASKS, lm_eval_task, parse_tasks, self_shot_count, task_config, task_yaml
 
 FIXTURES = DATA / "eval"
 
@@ -97,29 +97,35 @@ def _twin_draws(cfg, k: int, seeds=range(30)) -> tuple[int, int]:
 
 
 def test_a_hans_twin_pair_never_sees_each_other(tmp_path):
-    "Two HANS rows equal but for `heuristic` (never shown) show the same prompt and answer: neither is the other's shot."
+    """A HANS row and its template twin (one noun of the premise changed, and `heuristic`, never shown): neither is the
+    other's shot."""
     lines = (FIXTURES / "hans" / "heuristics_evaluation_set.txt").read_text(encoding="utf-8").splitlines()
     head, rows = lines[0], lines[1:7]
     cols = rows[0].split("\t")
-    twin = "\t".join(cols[:8] + ["subsequence" if cols[8] != "subsequence" else "constituent"] + cols[9:])
+    noun = cols[5].split()[1]                                    # sentence1: "The <noun> ..."
+    cols2 = [c.replace(noun, "senator") if i in (1, 3, 5) else c for i, c in enumerate(cols)]
+    twin = "\t".join(cols2[:8] + ["subsequence" if cols[8] != "subsequence" else "constituent"] + cols2[9:])
     root = _root_with(tmp_path, "hans", {"hans/heuristics_evaluation_set.txt": "\n".join([head, rows[0], twin, *rows[1:]]) + "\n"})
     (root / "hans" / "heuristics_train_set.txt").unlink()        # shots from the evaluated split, as without one
     cfg = task_config("hans", 4, root)
     assert cfg["fewshot_split"] == cfg["test_split"] == "test"
     docs = list(lm_eval_task_docs(cfg))
-    assert docs[0] != docs[1] and docs[0]["heuristic"] != docs[1]["heuristic"]
+    t = lm_eval_task(cfg)
+    assert t.shown(docs[0]) != t.shown(docs[1]) and docs[0]["heuristic"] != docs[1]["heuristic"]   # not the same text
     ours, theirs = _twin_draws(cfg, 4)
     assert ours == 0 and theirs > 10, (ours, theirs)        # the control: whole-document exclusion lets it in
     assert self_shot_count(cfg, 4) == (7, 0)
 
 
 def test_a_hellaswag_twin_pair_never_sees_each_other(tmp_path):
-    "Two HellaSwag documents with the same context and gold ending (their wrong endings differ): never each other's shot."
+    "Two HellaSwag documents with the same context and different right endings: never each other's shot."
     import json
     from mtnlg.tasks import load_docs
     docs = load_docs("hellaswag", FIXTURES)[0]["validation"][:6]
     gold = int(docs[0]["label"])
-    twin = {**docs[0], "endings": [e if i == gold else docs[2]["endings"][i] for i, e in enumerate(docs[0]["endings"])]}
+    other = (gold + 1) % 4                                   # a shared context: the same prompt, another right ending
+    twin = {**docs[0], "label": str(other), "endings": [docs[2]["endings"][0] if i == gold else e
+                                                        for i, e in enumerate(docs[0]["endings"])]}
     assert twin["endings"] != docs[0]["endings"]
     rows = [docs[0], twin, *docs[1:]]
     root = _root_with(tmp_path, "hellaswag", {"hellaswag/hellaswag_val.jsonl": "".join(json.dumps(r) + "\n" for r in rows)})
@@ -167,3 +173,54 @@ def lm_eval_task_docs(cfg):
     "The evaluated documents of task config `cfg`, as lm-eval holds them."
     from mtnlg.tasks import lm_eval_task
     return lm_eval_task(cfg).eval_docs
+
+
+def test_winogrande_twins_never_enter_each_others_prompts(fixture_data):
+    """The fixtures' real WinoGrande pairs (the same sentence, one or two words changed, the other answer): at the
+    paper's 50 shots from the development split no document sees its twin solved, and each left-out twin is counted;
+    the control: lm-eval's own sampler (only the document itself left out) puts twins in front of some documents."""
+    from lm_eval.api.samplers import ContextSampler
+    from mtnlg.twins import LEFT_OUT, is_twin
+    cfg = task_config("winogrande", 50, fixture_data / "eval")
+    t = lm_eval_task(cfg)
+    t.set_fewshot_seed(1234)
+    docs = list(t.eval_docs)
+    pool = list(t.fewshot_docs())
+    twins = {i: [p for p in pool if is_twin(t.shown(d), t.shown(p)) and t.shown(p) != t.shown(d)] for i, d in enumerate(docs)}
+    paired = [i for i, ps in twins.items() if ps]
+    assert len(docs) == 300 and len(paired) > 100                # real pairs in the fixture
+    LEFT_OUT.pop("winogrande", None)
+    leaks = lambda draw: sum(any(s in twins[i] for s in draw(docs[i])) for i in paired)
+    assert leaks(lambda d: t.shots(d, 50)) == 0
+    assert sum(LEFT_OUT["winogrande"].values()) == sum(len(ps) for ps in twins.values())     # counted
+    plain = ContextSampler(pool, rnd=1234)
+    assert leaks(lambda d: plain.sample(n=50, eval_doc=d)) > 5   # control: the leak without the exclusion
+
+
+def _icl_until_the_model(tmp_path, **params):
+    "Run nbs/16_icl.ipynb with `params` up to the cell that loads the model; the exception it raised, or None."
+    from execnb.nbio import read_nb
+    from execnb.shell import CaptureShell
+    from conftest import ROOT
+    nb = read_nb(ROOT / "nbs" / "16_icl.ipynb")
+    at = next(i for i, c in enumerate(nb.cells) if "Session(source" in c.source)
+    nb.cells = nb.cells[:at]
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source += "".join(f"\n{k} = {v!r}" for k, v in {"out_dir": str(tmp_path / "out"), **params}.items())
+    sh = CaptureShell(path=ROOT / "nbs")
+    try: sh.run_all(nb, exc_stop=True)
+    except Exception as e: return e
+    return None
+
+
+def test_the_icl_study_checks_every_pool_before_the_model_loads(tmp_path):
+    """RACE-h has no training split here: at limit 24 of its 26 questions experiments 2-4 have no examples, and 30 shots
+    are more than experiment 1's pool; both stop before the model loads (no result written). The control: the
+    study's defaults pass the same checks."""
+    data = str(FIXTURES)
+    few = _icl_until_the_model(tmp_path / "a", task="race_h", limit=24, data=data)
+    assert isinstance(few, ValueError) and "cannot give 2" in str(few), few
+    many = _icl_until_the_model(tmp_path / "b", task="race_h", limit=8, shots="0,30", data=data)
+    assert isinstance(many, EvalError) and "30 shots asked" in str(many), many
+    assert not (tmp_path / "a" / "out" / "eval_seed1").exists() and not (tmp_path / "b" / "out" / "eval_seed1").exists()
+    assert _icl_until_the_model(tmp_path / "c", task="race_h", limit=8, data=data) is None

@@ -7,8 +7,9 @@ import pytest
 from conftest import ROOT
 
 # bottom to top: a module may import only modules listed before it (README, "The house")
-LAYERS = ["config", "stats", "patches", "plan", "resilience", "topology", "model", "pipeline", "checkpoint_folders", "checkpoint", "dryrun", "tokenizer", "tasks", "runs",
-          "jobs", "flags", "decontam", "data", "indexed", "preflight", "curation_steps", "dedup", "curation", "corpus", "train", "generate",
+LAYERS = ["config", "stats", "patches", "placement", "plan", "resilience", "topology", "model", "pipeline",
+          "checkpoint_folders", "checkpoint", "dryrun", "tokenizer", "twins", "tasks", "runs", "jobs", "flags", "decontam",
+          "data", "indexed", "preflight", "curation_steps", "dedup", "curation", "corpus", "train", "generate",
           "results", "eval", "session", "export", "demo", "cli"]
 MAX_LINES = 700
 # private names of torch, DeepSpeed, megatron-core and lm-eval the project uses: only patches.py may name them
