@@ -134,6 +134,15 @@ def _validate(engine, dataset, cfg, topo) -> float:
 def _inject(step: int) -> bool:
     return str(step) in os.environ.get("MTNLG_INJECT_NONFINITE", "").replace(" ", "").split(",")
 
+# %% ../nbs/06_train.ipynb #4521b53e
+def _inject_hang(step: int, rank: int, loss_fn):
+    "`loss_fn`, or (when `MTNLG_INJECT_HANG` is 'STEP:RANK' of this step and rank) one that stops this process first."
+    if os.environ.get("MTNLG_INJECT_HANG", "").replace(" ", "") != f"{step}:{rank}": return loss_fn
+    def stop_then_loss(logits, labels):
+        os.kill(os.getpid(), signal.SIGSTOP)                 # this rank hangs mid-step until it is killed
+        return loss_fn(logits, labels)
+    return stop_then_loss
+
 # %% ../nbs/06_train.ipynb #e550c1a0
 def resume_checkpoint(run_dir, topo) -> Path | None:
     "The run's latest checkpoint as rank 0 sees it, for every rank; `TrainingError` unless all see its files alike."
@@ -226,6 +235,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
             _set_lr(engine, lr)
             it = batches(train_ds, micro_batch_indices(state["consumed_samples"], gb, p.micro_batch, p.dp, topo.dp_rank))
             if _inject(step + 1): engine.module.loss_fn = lambda logits, labels: loss_fn(logits, labels) * float("nan")
+            engine.module.loss_fn = _inject_hang(step + 1, topo.rank, engine.module.loss_fn)
             skipped_before, t0 = engine.skipped_steps, time.perf_counter()
             loss = float(engine.train_batch(it))
             dt = time.perf_counter() - t0
