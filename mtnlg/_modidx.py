@@ -1007,6 +1007,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                              'mtnlg.train.prepare_run': ('train.html#prepare_run', 'mtnlg/train.py'),
                              'mtnlg.train.read_metrics': ('train.html#read_metrics', 'mtnlg/train.py'),
                              'mtnlg.train.record_hosts': ('train.html#record_hosts', 'mtnlg/train.py'),
+                             'mtnlg.train.requeue_after_hang': ('train.html#requeue_after_hang', 'mtnlg/train.py'),
                              'mtnlg.train.resume_checkpoint': ('train.html#resume_checkpoint', 'mtnlg/train.py'),
                              'mtnlg.train.resume_config': ('train.html#resume_config', 'mtnlg/train.py'),
                              'mtnlg.train.run_training': ('train.html#run_training', 'mtnlg/train.py'),

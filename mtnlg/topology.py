@@ -14,8 +14,8 @@ from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
-           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'is_verbose', 'quiet_megatron', 'parse_partition', 'check_layout',
-           'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'is_verbose', 'quiet_megatron', 'parse_partition',
+           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
            'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'broadcast_waiting', 'from_leader',
            'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
@@ -213,9 +213,14 @@ SILENT_AFTER = 0.5            # a rank silent for timeout_s x this is hung: its 
 HUNG_EXIT = 75                # exit code of a rank that ended the job for a silent peer (EX_TEMPFAIL: try again)
 ENDED = -(1 << 40)            # added to a rank's beat count when it ends cleanly (its watcher stops watching)
 
+HUNG_FILE_ENV = "MTNLG_HUNG_FILE"   # where the rank that ends a job for a silent peer writes why (for its launcher)
+
 def end_job(message: str):
-    "Print `message` as one line and end this process at once (its launcher then ends the other ranks)."
+    "Print `message` as one line (and write it to $MTNLG_HUNG_FILE when set), then end this process at once."
     print(f"mtnlg: {message}", file=sys.stderr, flush=True)
+    if os.environ.get(HUNG_FILE_ENV):
+        try: atomic_write_text(os.environ[HUNG_FILE_ENV], message)
+        except OSError: pass                                   # the message is printed all the same
     os._exit(HUNG_EXIT)
 
 # %% ../nbs/02_topology.ipynb #9c484755

@@ -116,6 +116,7 @@ def test_a_stopped_rank_ends_training_naming_itself_and_resume_matches(tmp_path)
     said = [l for l in hung.stderr.splitlines() if "has not answered for" in l]
     assert said and said[0].startswith(f"mtnlg: rank 1 on host {socket.gethostname()} has not answered"), hung.stderr[-4000:]
     assert "the last complete checkpoint is step00000002" in hung.stderr, hung.stderr[-3000:]
+    assert (tmp_path / "hung" / "hung.txt").read_text().startswith("rank 1 on host")   # for a job that requeues
     assert "Timed out waiting" not in hung.stderr          # the heartbeat ended it, before any collective's timeout
     again = subprocess.run([MTNLG, "train", "--out", str(tmp_path / "hung"), "--resume", "--no-progress"],
                            capture_output=True, text=True, env=env(), timeout=900)

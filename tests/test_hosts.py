@@ -147,10 +147,11 @@ def cluster_env(cluster, **extra) -> dict:
     return dict(cluster.env(), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
 
 
-def submit_training(cluster, runs, name, *flags, env_extra=None):
+def submit_training(cluster, runs, name, *flags, env_extra=None, overrides=None):
     "`mtnlg job submit` of the training notebook on 2 hosts x 4 tasks; (job id, run folder of the job)."
     p = mtnlg("job", "submit", TRAIN_NB, "--nodes", 2, "--gpus-per-node", 0, "--ntasks-per-node", 4,
-              "--time", "00:30:00", "--name", name, "--runs-dir", runs, "-p", "overrides", json.dumps(OVERRIDES),
+              "--time", "00:30:00", "--name", name, "--runs-dir", runs, "-p", "overrides",
+              json.dumps(overrides or OVERRIDES),
               *flags, env=cluster_env(cluster, **(env_extra or {})), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     job, rd = p.stdout.split("submitted job ")[1].split("; run directory ")
@@ -194,6 +195,30 @@ def test_host_death_requeues_and_resumes_from_the_last_complete_checkpoint(multi
         assert collections.Counter(s["hosts"]) == {"h1": 4, "h2": 4} and blocks(s["hosts"]), s
     assert (first["restart"], second["restart"], second["resumed_from"]) == (0, 1, "step00000002")
     assert "restart 1, resume=True" in log
+    assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_ends_the_job_naming_it_and_the_requeued_job_resumes(multihost_cluster, reference, tmp_path):
+    "SIGSTOP of rank 5 (on h2) inside step 3: its watcher names it, the job requeues itself and resumes from step 2."
+    c = multihost_cluster
+    job, rd = submit_training(c, tmp_path, "hung", "--requeue", env_extra={"MTNLG_INJECT_HANG": "3:5"},
+                              overrides=dict(OVERRIDES, timeout_s=60))
+    run = rd / "train"
+    info = c.wait_job(job, until=lambda i: i.get("Restarts") == "1" or i["JobState"] in ("FAILED", "COMPLETED"),
+                      timeout=900)
+    log = job_log(rd, job)
+    assert info.get("Restarts") == "1", log[-4000:]
+    assert (run / "hung-3").read_text() == "h2"                       # the rank stopped itself on h2, in step 3
+    said = [l for l in log.splitlines() if "has not answered for" in l]
+    assert said and said[0].startswith("mtnlg: rank 5 on host h2 has not answered for"), log[-4000:]
+    assert f"requeueing job {job}: it resumes from step00000002" in log, log[-4000:]
+    assert "Timed out waiting" not in log                   # the heartbeat ended it, not a collective's timeout
+    info = c.wait_job(job, timeout=900)
+    log = job_log(rd, job)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
+    first, second = starts(run)
+    assert (first["restart"], second["restart"], second["resumed_from"]) == (0, 1, "step00000002")
     assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
 
 
