@@ -385,7 +385,8 @@ def requeue_after_hang(run: Path, env=None) -> bool:
     import subprocess
     show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
     if "Requeue=1" not in show.stdout: return False
-    print(f"mtnlg train: {hung.read_text().strip()}; requeueing job {job}: it resumes from "
+    why = hung.read_text().split(": the job ends")[0]             # the watcher's line, without its advice
+    print(f"mtnlg train: {why}; requeueing job {job}: it resumes from "
           f"{latest_checkpoint(run).name if latest_checkpoint(run) else 'scratch'}", flush=True)
     return subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True).returncode == 0
 
