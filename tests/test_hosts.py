@@ -354,3 +354,31 @@ def test_bad_input_is_refused_before_any_rank_starts(multihost_cluster, referenc
     cyclic = (tmp_path / "cyclic.txt").read_text()
     assert "cyclic rc=0" not in log and "STARTED" not in cyclic, cyclic
     assert cyclic.count("REFUSED parallel.tp: tensor-parallel groups span hosts (ranks 0-1 on h1, h2") == 4, cyclic
+
+
+SESSION_SCRIPT = """#!/bin/bash
+cd {root}
+export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
+{py} - <<'PYEOF'
+from mtnlg.session import Session
+for tp, pp in ((2, 1), (2, 2)):                  # one node of 2 ranks (this one), then both nodes
+    with Session("{run}", tp=tp, pp=pp) as s:
+        (lp, greedy), = s.score_pairs([("The first", " step")])
+        print("SESSION", tp, pp, s._ranks.listener.address[0], repr(lp), flush=True)
+PYEOF
+"""
+
+@pytest.mark.slow
+def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, reference, tmp_path):
+    "In a 2-node allocation of 2 tasks a node: TP2 runs on this node (loopback), TP2 x PP2 on both (the host name)."
+    c = multihost_cluster
+    job = c.submit(SESSION_SCRIPT.format(root=ROOT, py=sys.executable, run=reference), "-N", "2",
+                   "--ntasks-per-node=2", "--time=00:20:00", name="session")
+    info = c.wait_job(job, timeout=900)
+    log = c.output(job, "session")
+    said = [l.split() for l in log.splitlines() if l.startswith("SESSION ")]
+    assert info["JobState"] == "COMPLETED" and len(said) == 2, log[-4000:]
+    (_, _, _, one_node, lp1), (_, _, _, two_nodes, lp2) = said
+    # the batch host is h1: loopback, then h1's address on the cluster's network; rank 0 reached it both ways
+    assert (one_node, two_nodes) == ("127.0.0.1", c.addresses["h1"])
+    assert abs(float(lp1) - float(lp2)) < 1e-4
