@@ -6,6 +6,8 @@ resumes from the last complete checkpoint and equals the uninterrupted run; the 
 write a checkpoint before the requeue, and the requeued job, given one host, continues at TP2 x PP2 x DP1 with the
 losses of the same layout change on one host; `mtnlg eval` and `mtnlg generate` in a 2-node allocation start
 exactly 8 and 4 ranks, placed by the rule, with the one-host results; bad input refused before any rank starts.
+A rank stopped (SIGSTOP) mid-step on h2 ends the job with a line naming it and its host, and the job requeues itself
+and resumes as uninterrupted; a study's session listens on loopback unless its ranks span hosts.
 The one-host references run outside Slurm on this machine. Runs are tiny (6 steps of the `tiny` preset, fp32).
 """
 import collections, json, os, shutil, subprocess, sys
