@@ -13,7 +13,7 @@ from lm_eval.api.model import LM, TemplateLM
 from .config import EvalError, atomic_write_text
 from . import patches
 from .tokenizer import get_tokenizer
-from .topology import init_distributed, is_verbose, shutdown
+from .topology import broadcast_waiting, init_distributed, is_verbose, shutdown
 from .model import GPT
 from .pipeline import build_pipeline, eval_logprobs, model_config_of
 from .checkpoint import load_weights
@@ -294,7 +294,7 @@ def lead_forwards(scorer):
         for i, (tok, lab) in enumerate(batches):
             tokens[i, :tok.shape[0], :tok.shape[1]] = tok
             labels[i, :lab.shape[0], :lab.shape[1]] = lab
-        dist.broadcast(torch.tensor([n, B, S], dtype=torch.long, device=scorer.device), 0)
+        broadcast_waiting(torch.tensor([n, B, S], dtype=torch.long, device=scorer.device), 0)
         for t in (sizes, tokens, labels): dist.broadcast(t, 0)
         return _replica_round(scorer, n, tokens, labels, sizes)
     scorer.forward_many = forward_many
@@ -305,7 +305,7 @@ def lead_forwards(scorer):
 # %% ../nbs/07_eval.ipynb #15a79ff2
 def stop_followers(scorer):
     "Tell the ranks in `follow_forwards` that evaluation is over."
-    dist.broadcast(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
+    broadcast_waiting(torch.tensor([-1, 0, 0], dtype=torch.long, device=scorer.device), 0)
 
 def follow_forwards(scorer, tokenizer=None) -> int:
     "On every rank but 0: run this rank's share of each round rank 0 sends until it stops; the batches run."
@@ -313,7 +313,7 @@ def follow_forwards(scorer, tokenizer=None) -> int:
     done, gen = 0, None
     while True:
         header = torch.empty(3, dtype=torch.long, device=scorer.device)
-        dist.broadcast(header, 0)
+        broadcast_waiting(header, 0)                     # rank 0 may work or idle alone meanwhile
         n, B, S = header.tolist()
         if n in (GENERATE, GENERATE_BATCHES):
             if n == GENERATE: ids, s, indices = _receive_generation(B, S, scorer.device)
@@ -349,7 +349,7 @@ class LeadGenerator(Generator):
     def generate_batches(self, batches, s, use_cache: bool = True, in_flight=None):
         "Every batch to the ranks in `follow_forwards` first; then all decode them together (pipelined at PP > 1)."
         if in_flight is not None and in_flight < 1: return super().generate_batches(batches, s, use_cache, in_flight)
-        dist.broadcast(torch.tensor([GENERATE_BATCHES, 0, 0], dtype=torch.long, device=self.dec.device), 0)
+        broadcast_waiting(torch.tensor([GENERATE_BATCHES, 0, 0], dtype=torch.long, device=self.dec.device), 0)
         dist.broadcast_object_list([batches, s, use_cache, in_flight], 0)
         self.announced = True
         try: return super().generate_batches(batches, s, use_cache, in_flight)
@@ -361,7 +361,7 @@ def _send_generation(ids: list[list[int]], s, device, indices: list[int]):
     B, L = len(ids), max(map(len, ids))
     x = torch.full((B, L), -1, dtype=torch.long, device=device)
     for r, row in enumerate(ids): x[r, :len(row)] = torch.tensor(row)
-    dist.broadcast(torch.tensor([GENERATE, B, L], dtype=torch.long, device=device), 0)
+    broadcast_waiting(torch.tensor([GENERATE, B, L], dtype=torch.long, device=device), 0)
     dist.broadcast(x, 0)
     dist.broadcast_object_list([s, list(indices)], 0)
 

@@ -5,7 +5,7 @@
 # %% ../nbs/13a_session.ipynb #21c80e94
 from __future__ import annotations
 import logging, os, secrets, socket, subprocess, sys, tempfile, threading, weakref
-from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import AuthenticationError, Client, Listener
 from pathlib import Path
 from .config import EvalError
 from . import patches
@@ -19,7 +19,7 @@ from . import eval as ev
 
 # %% auto #0
 __all__ = ['REQUESTS', 'KEY_ENV', 'SessionError', 'QuietLM', 'load_lm', 'score_pairs', 'run_task_config', 'evaluate_tasks',
-           'generate_texts', 'serve', 'Session']
+           'generate_texts', 'serve', 'listen_host', 'Session']
 
 # %% ../nbs/13a_session.ipynb #9c4d81f6
 class SessionError(RuntimeError):
@@ -136,6 +136,16 @@ def _end(proc):
         try: proc.wait(timeout=30)
         except subprocess.TimeoutExpired: proc.kill()
 
+# %% ../nbs/13a_session.ipynb #06afaaae
+def listen_host(placement, here: str | None = None) -> str:
+    "Where a session listens for rank 0: loopback when its ranks run on this host (`here`), else this host's name."
+    here = here or socket.gethostname()
+    a = placement.allocation
+    if a.job is None: return "127.0.0.1"                          # outside Slurm: the ranks run here
+    first = a.hosts[0] if a.hosts else here                          # srun starts one node's ranks on the first
+    if placement.nodes == 1 and first.split(".")[0] == here.split(".")[0]: return "127.0.0.1"
+    return here
+
 # %% ../nbs/13a_session.ipynb #273228ad
 class _Ranks:
     "A session's launched ranks: the launcher, its output (for errors) and rank 0's connection."
@@ -143,7 +153,7 @@ class _Ranks:
         self.what = f"the {tp * pp} ranks of {source}"
         _, ck = inference_config(source, tp, pp, precision, step=step)     # the layout checked before any process
         placement = place(tp, pp)
-        host = "127.0.0.1" if placement.allocation.job is None else socket.gethostname()
+        host = listen_host(placement)                               # loopback when rank 0 runs here
         key = secrets.token_bytes(32)
         self.listener = Listener((host, 0), authkey=key)
         argv = ["-m", "mtnlg.session", str(source), "--tp", str(tp), "--pp", str(pp), "--batch-size", str(batch_size),
@@ -162,8 +172,10 @@ class _Ranks:
         "Rank 0's connection, or `SessionError` if the ranks exit first."
         box = {}
         def accept():
-            try: box["conn"] = self.listener.accept()
-            except Exception as e: box["error"] = e
+            while "conn" not in box:
+                try: box["conn"] = self.listener.accept()
+                except (AuthenticationError, EOFError, ConnectionError): continue   # not rank 0: no key
+                except Exception as e: box["error"] = e; return
         t = threading.Thread(target=accept, daemon=True)
         t.start()
         while t.is_alive():

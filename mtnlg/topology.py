@@ -13,9 +13,10 @@ from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text
 from . import patches
 
 # %% auto #0
-__all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'is_verbose',
-           'quiet_megatron', 'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches',
-           'cpu_malloc_reuse', 'Topology', 'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary',
+__all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'is_verbose', 'quiet_megatron', 'parse_partition',
+           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
+           'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'broadcast_waiting', 'from_leader',
            'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
@@ -203,6 +204,106 @@ def hosts_summary(hosts) -> str:
         else: runs.append([h, r, r])
     return "; ".join(f"{h}: rank{'s' if b > a else ''} {a}{f'-{b}' if b > a else ''}" for h, a, b in runs)
 
+# %% ../nbs/02_topology.ipynb #e6cdacfc
+import atexit, threading, time
+
+IDLE_LIMIT_S = 7 * 24 * 3600  # how long a rank waits on a working one (the heartbeat finds a hung one long before)
+BEAT_EVERY = 0.1              # a rank beats every timeout_s x this
+SILENT_AFTER = 0.5            # a rank silent for timeout_s x this is hung: its watcher ends the job, naming it
+HUNG_EXIT = 75                # exit code of a rank that ended the job for a silent peer (EX_TEMPFAIL: try again)
+ENDED = -(1 << 40)            # added to a rank's beat count when it ends cleanly (its watcher stops watching)
+
+HUNG_FILE_ENV = "MTNLG_HUNG_FILE"   # where the rank that ends a job for a silent peer writes why (for its launcher)
+
+def end_job(message: str):
+    "Print `message` as one line (and write it to $MTNLG_HUNG_FILE when set), then end this process at once."
+    print(f"mtnlg: {message}", file=sys.stderr, flush=True)
+    if os.environ.get(HUNG_FILE_ENV):
+        try: atomic_write_text(os.environ[HUNG_FILE_ENV], message)
+        except OSError: pass                                   # the message is printed all the same
+    os._exit(HUNG_EXIT)
+
+# %% ../nbs/02_topology.ipynb #9c484755
+class Heartbeat:
+    "This rank's beat in the launch's store and a watch on the next rank's: a rank silent too long ends the job."
+    def __init__(self, rank: int, hosts, timeout_s: float, addr: str, port: int, on_silent=end_job):
+        # hosts: every rank's hostname, in rank order; on_silent(message): what a silent peer makes this rank do
+        self.rank, self.hosts, self.peer = rank, tuple(hosts), (rank + 1) % len(hosts)
+        self.every, self.silent_s = timeout_s * BEAT_EVERY, timeout_s * SILENT_AFTER
+        self.addr, self.on_silent, self.stopped = f"{addr}:{port}", on_silent, threading.Event()
+        self.store = dist.TCPStore(addr, port, is_master=False, wait_for_workers=False,
+                                   timeout=timedelta(seconds=self.silent_s))      # its own connection
+        self.store.add(f"mtnlg/beat/{rank}", 1)
+        self.thread = threading.Thread(target=self._run, name="mtnlg-heartbeat", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        last, since = None, time.monotonic()
+        while not self.stopped.wait(self.every):
+            try:
+                self.store.add(f"mtnlg/beat/{self.rank}", 1)
+                seen = self.store.add(f"mtnlg/beat/{self.peer}", 0)
+            except Exception as e:                            # the store's host or process is gone or stopped
+                if self.stopped.wait(self.silent_s): return    # (or this launch ended meanwhile)
+                return self.on_silent(f"the launch's store at {self.addr} has not answered for over "
+                                      f"{self.silent_s:.0f} s ({type(e).__name__}): its host or the process "
+                                      "serving it (rank 0, or torchrun's agent there) is stopped or down; the job ends")
+            if seen < 0: return                                 # the peer ended cleanly: nothing left to watch
+            now = time.monotonic()
+            if seen != last: last, since = seen, now
+            elif now - since > self.silent_s:
+                return self.on_silent(f"rank {self.peer} on host {self.hosts[self.peer]} has not answered for "
+                                      f"{now - since:.0f} s (stopped, hung or its host down; timeout_s "
+                                      f"{self.silent_s / SILENT_AFTER:g}): the job ends; resume from the last checkpoint")
+
+    def stop(self):
+        "Stop beating and watching; the watcher of this rank then stops too (a clean end, not a hang)."
+        if self.stopped.is_set(): return
+        self.stopped.set()
+        self.thread.join()
+        try: self.store.add(f"mtnlg/beat/{self.rank}", ENDED)
+        except Exception: pass                                  # the store ended first: nobody watches any more
+
+# %% ../nbs/02_topology.ipynb #430088a7
+_WAIT_GROUP = None                 # every rank, gloo, timeout IDLE_LIMIT_S: waits on a rank that works alone
+_HEARTBEAT: Heartbeat | None = None
+
+def broadcast_waiting(tensor: torch.Tensor, src: int = 0, monitored: bool = True) -> torch.Tensor:
+    "Broadcast `tensor` from rank `src`, however long the others wait for it (`monitored`: under the heartbeat)."
+    if not dist.is_initialized() or dist.get_world_size() == 1: return tensor
+    if not monitored or _WAIT_GROUP is None:
+        dist.broadcast(tensor, src)
+        return tensor
+    host = tensor if tensor.device.type == "cpu" else tensor.cpu()     # the long group is gloo's
+    dist.broadcast(host, src, group=_WAIT_GROUP)
+    if host is not tensor: tensor.copy_(host)
+    return tensor
+
+def from_leader(fn, src: int = 0, monitored: bool = True):
+    "`fn()` run on rank `src` alone, its value (picklable) on every rank; the others wait as long as it works."
+    if not dist.is_initialized() or dist.get_world_size() == 1: return fn()
+    box = [fn() if dist.get_rank() == src else None]
+    group = _WAIT_GROUP if monitored else None
+    dist.broadcast_object_list(box, src, group=group)
+    return box[0]
+
+# %% ../nbs/02_topology.ipynb #1240a393
+def _start_watch(topo: Topology, timeout_s: float):
+    "The long group and this rank's heartbeat, in a launch of several ranks (not in a fake world)."
+    global _WAIT_GROUP, _HEARTBEAT
+    env = os.environ
+    if topo.world_size == 1 or dist.get_backend() == "fake" or "MASTER_PORT" not in env: return
+    _WAIT_GROUP = dist.new_group(backend="gloo", timeout=timedelta(seconds=IDLE_LIMIT_S))
+    _HEARTBEAT = Heartbeat(topo.rank, topo.hosts, timeout_s, env.get("MASTER_ADDR", "127.0.0.1"),
+                           int(env["MASTER_PORT"]))
+    atexit.register(_stop_watch)                             # a rank that exits without `shutdown` ends cleanly
+
+def _stop_watch():
+    "Stop this rank's heartbeat (marking a clean end) and forget the long group."
+    global _WAIT_GROUP, _HEARTBEAT
+    if _HEARTBEAT is not None: _HEARTBEAT.stop()
+    _WAIT_GROUP, _HEARTBEAT = None, None
+
 # %% ../nbs/02_topology.ipynb #da037aaa
 _TOPO: Topology | None = None
 _ENV_SET: list[str] = []        # launcher variables this process set for itself (1-process runs)
@@ -225,9 +326,11 @@ def _check_groups(topo: Topology):
         raise RuntimeError(f"rank {topo.rank}: megatron-core groups {mine} differ from DeepSpeed topology {theirs}")
 
 # %% ../nbs/02_topology.ipynb #659e8806
-def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: RunConfig | None = None) -> Topology:
+def init_distributed(parallel: ParallelConfig, timeout_s: float | None = None, run_cfg: RunConfig | None = None) -> Topology:
     "Create the process group and the tp x pp x dp groups of megatron-core and DeepSpeed; return this rank's `Topology`."
     global _TOPO
+    # timeout_s: seconds a collective waits for a hung rank (default: run_cfg.timeout_s, else 600)
+    if timeout_s is None: timeout_s = run_cfg.timeout_s if run_cfg is not None else 600
     env = os.environ
     rank, world = int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
     local_rank = int(env.get("LOCAL_RANK", 0))
@@ -275,6 +378,7 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float = 600, run_cfg: 
         if split:
             raise ConfigError(f"parallel.tp: tensor-parallel groups span hosts ({'; '.join(split[:3])}): launch "
                               "consecutive ranks on a node (torchrun, srun --distribution=block; mtnlg.jobs.place)")
+        _start_watch(topo, timeout_s)                       # the heartbeat and the long group
     except BaseException: shutdown(); raise           # leave no half-made groups behind
     if rank == 0 and len(set(topo.hosts)) > 1:               # a multi-host run says where its ranks are
         print(f"ranks on {len(set(topo.hosts))} hosts: {hosts_summary(topo.hosts)}", file=sys.stderr, flush=True)
@@ -298,7 +402,7 @@ def seed_all(seed: int, topo: Topology | None = None):
 
 # %% ../nbs/02_topology.ipynb #518a2792
 def shutdown():
-    "Barrier, destroy the process group and reset megatron-core/DeepSpeed group state; safe to call twice."
+    "Barrier (in the long group), stop the heartbeat, destroy the process group and reset megatron-core/DeepSpeed group state; safe to call twice."
     global _TOPO
     _TOPO = None
     while _ENV_SET: os.environ.pop(_ENV_SET.pop(), None)   # a later launch must not look like a launched rank
@@ -306,8 +410,11 @@ def shutdown():
         from megatron.core import parallel_state as ps
         if ps.model_parallel_is_initialized(): ps.destroy_model_parallel()
     if dist.is_initialized():
-        try: dist.barrier()
-        finally: dist.destroy_process_group()
+        try: dist.barrier(group=_WAIT_GROUP)              # a rank that ends early waits for the others, watched
+        finally:
+            _stop_watch()
+            dist.destroy_process_group()
+    _stop_watch()
     patches.reset_deepspeed_groups()
 
 # %% ../nbs/02_topology.ipynb #d71e9037

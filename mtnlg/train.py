@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from .config import (RunConfig, OptimConfig, ConfigError, DataError, load_config, save_config, to_dict,
                           add_config_args, config_from_args, atomic_path, atomic_write_text)
 from .plan import get_cluster, plan as plan_layouts, tflops_per_gpu, with_layout
-from .topology import check_layout, cpu_malloc_reuse, init_distributed, shutdown
+from .topology import HUNG_FILE_ENV, check_layout, cpu_malloc_reuse, init_distributed, shutdown
 from .model import init_parameters
 from .pipeline import build_pipeline, build_engine
 from .checkpoint_folders import CheckpointError, agreed_checkpoint, clean_partial, latest_checkpoint, step_tag
@@ -23,11 +23,12 @@ from .indexed import build_datasets, indexed_paths, load_blend
 from .jobs import allocation, launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
-__all__ = ['STOP_SIGNAL', 'RESUMABLE_CHANGES', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices',
-           'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError', 'resume_checkpoint',
-           'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train', 'plot_training',
-           'check_run_dir', 'check_data', 'prepare_run', 'launch', 'failure_message', 'fit_layout', 'log_layout_change',
-           'run_training', 'run_training_single', 'cli_parser', 'resume_config', 'cli_run', 'worker_main']
+__all__ = ['STOP_SIGNAL', 'RESUMABLE_CHANGES', 'HUNG_FILE', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps',
+           'micro_batch_indices', 'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError',
+           'resume_checkpoint', 'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train',
+           'plot_training', 'check_run_dir', 'check_data', 'prepare_run', 'launch', 'requeue_after_hang',
+           'failure_message', 'fit_layout', 'log_layout_change', 'run_training', 'run_training_single', 'cli_parser',
+           'resume_config', 'cli_run', 'worker_main']
 
 # %% ../nbs/06_train.ipynb #646270fd
 def learning_rate(o: OptimConfig, tokens: float) -> float:
@@ -134,6 +135,18 @@ def _validate(engine, dataset, cfg, topo) -> float:
 def _inject(step: int) -> bool:
     return str(step) in os.environ.get("MTNLG_INJECT_NONFINITE", "").replace(" ", "").split(",")
 
+# %% ../nbs/06_train.ipynb #4521b53e
+def _inject_hang(step: int, rank: int, loss_fn, run: Path | None = None):
+    "`loss_fn`, or (`MTNLG_INJECT_HANG` 'STEP:RANK' of this step and rank, once a run) one that stops this process."
+    if os.environ.get("MTNLG_INJECT_HANG", "").replace(" ", "") != f"{step}:{rank}": return loss_fn
+    if run is not None:
+        if (run / f"hung-{step}").exists(): return loss_fn          # a resumed run does not hang again
+        atomic_write_text(run / f"hung-{step}", socket.gethostname())
+    def stop_then_loss(logits, labels):
+        os.kill(os.getpid(), signal.SIGSTOP)                 # this rank hangs mid-step until it is killed
+        return loss_fn(logits, labels)
+    return stop_then_loss
+
 # %% ../nbs/06_train.ipynb #e550c1a0
 def resume_checkpoint(run_dir, topo) -> Path | None:
     "The run's latest checkpoint as rank 0 sees it, for every rank; `TrainingError` unless all see its files alike."
@@ -228,6 +241,7 @@ def train(cfg: RunConfig, run_dir, resume: bool = False, progress: bool = True) 
             _set_lr(engine, lr)
             it = batches(train_ds, micro_batch_indices(state["consumed_samples"], gb, p.micro_batch, p.dp, topo.dp_rank))
             if _inject(step + 1): engine.module.loss_fn = lambda logits, labels: loss_fn(logits, labels) * float("nan")
+            engine.module.loss_fn = _inject_hang(step + 1, topo.rank, engine.module.loss_fn, run)
             skipped_before, t0 = engine.skipped_steps, time.perf_counter()
             loss = float(engine.train_batch(it))
             dt = time.perf_counter() - t0
@@ -363,6 +377,21 @@ def launch(run_dir, resume: bool = False, nprocs: int | None = None, mode: str =
     placement = place(p.tp, p.pp, p.dp, per_node=nprocs, env=env)
     return launch_ranks("mtnlg.train", argv, placement, mode=mode, env=env).returncode
 
+HUNG_FILE = "hung.txt"          # in the run folder: why a rank ended the last launch for a silent peer
+
+def requeue_after_hang(run: Path, env=None) -> bool:
+    "Inside a requeueable Slurm job whose launch a hung rank ended: requeue it (it resumes); True when asked."
+    env = os.environ if env is None else env
+    hung, job = run / HUNG_FILE, env.get("SLURM_JOB_ID")
+    if job is None or not hung.exists(): return False
+    import subprocess
+    show = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
+    if "Requeue=1" not in show.stdout: return False
+    why = hung.read_text().split(": the job ends")[0]             # the watcher's line, without its advice
+    print(f"mtnlg train: {why}; requeueing job {job}: it resumes from "
+          f"{latest_checkpoint(run).name if latest_checkpoint(run) else 'scratch'}", flush=True)
+    return subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True).returncode == 0
+
 def failure_message(run_dir, code: int, logged_before: list | None = None) -> str:
     "What happened and how to continue, after a failed launch (`logged_before`: metrics.jsonl's records before it)."
     ck = latest_checkpoint(run_dir)
@@ -434,7 +463,9 @@ def run_training(cfg: RunConfig, run_dir, resume: bool = False, progress: bool =
     if p != before.parallel: log_layout_change(run, before, cfg, layout)
     if cfg.parallel.world_size == 1: return run_training_single(cfg, run, resume, progress)
     logged = read_metrics(run)
-    code = launch(run, resume, nprocs, mode, progress=progress)
+    (run / HUNG_FILE).unlink(missing_ok=True)                  # written by a rank that ends the job for a hung one
+    code = launch(run, resume, nprocs, mode, progress=progress, env={**os.environ, HUNG_FILE_ENV: str(run / HUNG_FILE)})
+    if code and requeue_after_hang(run): time.sleep(60)           # Slurm ends this job step meanwhile
     if code: raise TrainingError(failure_message(run, code, logged))
     return json.loads((latest_checkpoint(run) / "train_state.json").read_text())
 

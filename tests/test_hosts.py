@@ -6,6 +6,8 @@ resumes from the last complete checkpoint and equals the uninterrupted run; the 
 write a checkpoint before the requeue, and the requeued job, given one host, continues at TP2 x PP2 x DP1 with the
 losses of the same layout change on one host; `mtnlg eval` and `mtnlg generate` in a 2-node allocation start
 exactly 8 and 4 ranks, placed by the rule, with the one-host results; bad input refused before any rank starts.
+A rank stopped (SIGSTOP) mid-step on h2 ends the job with a line naming it and its host, and the job requeues itself
+and resumes as uninterrupted; a study's session listens on loopback unless its ranks span hosts.
 The one-host references run outside Slurm on this machine. Runs are tiny (6 steps of the `tiny` preset, fp32).
 """
 import collections, json, os, shutil, subprocess, sys
@@ -147,10 +149,11 @@ def cluster_env(cluster, **extra) -> dict:
     return dict(cluster.env(), OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
 
 
-def submit_training(cluster, runs, name, *flags, env_extra=None):
+def submit_training(cluster, runs, name, *flags, env_extra=None, overrides=None):
     "`mtnlg job submit` of the training notebook on 2 hosts x 4 tasks; (job id, run folder of the job)."
     p = mtnlg("job", "submit", TRAIN_NB, "--nodes", 2, "--gpus-per-node", 0, "--ntasks-per-node", 4,
-              "--time", "00:30:00", "--name", name, "--runs-dir", runs, "-p", "overrides", json.dumps(OVERRIDES),
+              "--time", "00:30:00", "--name", name, "--runs-dir", runs, "-p", "overrides",
+              json.dumps(overrides or OVERRIDES),
               *flags, env=cluster_env(cluster, **(env_extra or {})), timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     job, rd = p.stdout.split("submitted job ")[1].split("; run directory ")
@@ -194,6 +197,30 @@ def test_host_death_requeues_and_resumes_from_the_last_complete_checkpoint(multi
         assert collections.Counter(s["hosts"]) == {"h1": 4, "h2": 4} and blocks(s["hosts"]), s
     assert (first["restart"], second["restart"], second["resumed_from"]) == (0, 1, "step00000002")
     assert "restart 1, resume=True" in log
+    assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_ends_the_job_naming_it_and_the_requeued_job_resumes(multihost_cluster, reference, tmp_path):
+    "SIGSTOP of rank 5 (on h2) inside step 3: its watcher names it, the job requeues itself and resumes from step 2."
+    c = multihost_cluster
+    job, rd = submit_training(c, tmp_path, "hung", "--requeue", env_extra={"MTNLG_INJECT_HANG": "3:5"},
+                              overrides=dict(OVERRIDES, timeout_s=60))
+    run = rd / "train"
+    info = c.wait_job(job, until=lambda i: i.get("Restarts") == "1" or i["JobState"] in ("FAILED", "COMPLETED"),
+                      timeout=900)
+    log = job_log(rd, job)
+    assert info.get("Restarts") == "1", log[-4000:]
+    assert (run / "hung-3").read_text() == "h2"                       # the rank stopped itself on h2, in step 3
+    said = [l for l in log.splitlines() if "has not answered for" in l]
+    assert said and said[0].startswith("mtnlg: rank 5 on host h2 has not answered for"), log[-4000:]
+    assert f"requeueing job {job}: it resumes from step00000002" in log, log[-4000:]
+    assert "Timed out waiting" not in log                   # the heartbeat ended it, not a collective's timeout
+    info = c.wait_job(job, timeout=900)
+    log = job_log(rd, job)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", log[-3000:]
+    first, second = starts(run)
+    assert (first["restart"], second["restart"], second["resumed_from"]) == (0, 1, "step00000002")
     assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
 
 
@@ -329,3 +356,31 @@ def test_bad_input_is_refused_before_any_rank_starts(multihost_cluster, referenc
     cyclic = (tmp_path / "cyclic.txt").read_text()
     assert "cyclic rc=0" not in log and "STARTED" not in cyclic, cyclic
     assert cyclic.count("REFUSED parallel.tp: tensor-parallel groups span hosts (ranks 0-1 on h1, h2") == 4, cyclic
+
+
+SESSION_SCRIPT = """#!/bin/bash
+cd {root}
+export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
+{py} - <<'PYEOF'
+from mtnlg.session import Session
+for tp, pp in ((2, 1), (2, 2)):                  # one node of 2 ranks (this one), then both nodes
+    with Session("{run}", tp=tp, pp=pp) as s:
+        (lp, greedy), = s.score_pairs([("The first", " step")])
+        print("SESSION", tp, pp, s._ranks.listener.address[0], repr(lp), flush=True)
+PYEOF
+"""
+
+@pytest.mark.slow
+def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, reference, tmp_path):
+    "In a 2-node allocation of 2 tasks a node: TP2 runs on this node (loopback), TP2 x PP2 on both (the host name)."
+    c = multihost_cluster
+    job = c.submit(SESSION_SCRIPT.format(root=ROOT, py=sys.executable, run=reference), "-N", "2",
+                   "--ntasks-per-node=2", "--time=00:20:00", name="session")
+    info = c.wait_job(job, timeout=900)
+    log = c.output(job, "session")
+    said = [l.split() for l in log.splitlines() if l.startswith("SESSION ")]
+    assert info["JobState"] == "COMPLETED" and len(said) == 2, log[-4000:]
+    (_, _, _, one_node, lp1), (_, _, _, two_nodes, lp2) = said
+    # the batch host is h1: loopback, then h1's address on the cluster's network; rank 0 reached it both ways
+    assert (one_node, two_nodes) == ("127.0.0.1", c.addresses["h1"])
+    assert abs(float(lp1) - float(lp2)) < 1e-4

@@ -1,0 +1,126 @@
+"""No rank dies because another works alone, and a hung rank ends the job fast, naming itself (mtnlg.topology's
+heartbeat and long group), with the group timeout (`timeout_s`) shortened to seconds.
+
+- Two ranks whose rank 0 works alone for 2.2 x the timeout: `from_leader` and `broadcast_waiting` finish; the same
+  wait in the process group's own collective (`monitored=False`, what every wait was before) times out (control).
+- A study's `Session` at TP2 left idle for 2.2 x its run's timeout still answers; its key is in the ranks'
+  environment, on no command line, and a connection without the key does not stop its start.
+- A training rank stopped (SIGSTOP) in the middle of a step: the job ends with one line naming that rank and its
+  host; `--resume` continues from the last complete checkpoint with the losses of an uninterrupted run.
+"""
+import json, os, socket, subprocess, sys, threading, time
+from pathlib import Path
+import pytest
+from conftest import ROOT, LAUNCHER_VARS, free_port_block
+from mtnlg.train import read_metrics
+
+pytestmark = pytest.mark.slow          # each test launches ranks
+MTNLG = str(Path(sys.executable).parent / "mtnlg")
+
+
+def env(**extra) -> dict:
+    "This machine's environment without a launcher around it, one thread a rank."
+    e = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    return dict(e, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", **extra)
+
+
+def test_a_rank_working_alone_past_the_timeout_is_waited_for(tmp_path):
+    timeout_s = 5
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(free_port_block(1)), str(ROOT / "tests" / "alive_worker.py"), str(tmp_path), str(timeout_s)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    # rank 0 slept 11 s alone, the timeout is 5 s: the others waited and got its value
+    assert r0["from_leader"] == r1["from_leader"] == {"from": 0, "value": 42}
+    assert r0["broadcast_waiting"] == r1["broadcast_waiting"] == [7, 8, 9]
+    # the control: the same wait in the process group's collective ends rank 1 with the group's timeout
+    assert f"Timed out waiting {timeout_s * 1000}ms" in r1["plain"]["error"], r1["plain"]
+
+
+def tiny_run(out: Path, *flags, timeout_s: int = 20, nprocs_env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([MTNLG, "train", "--preset", "tiny", "--data", "mock", "--global-batch", "8",
+                           "--precision", "fp32", "--timeout-s", str(timeout_s), "--no-progress", "--out", str(out),
+                           *map(str, flags)], capture_output=True, text=True, env=env(**(nprocs_env or {})),
+                          timeout=900)
+
+
+def rank_processes() -> dict[int, tuple[str, str]]:
+    "{pid: (command line, environment)} of this user's processes that run `mtnlg.session` ranks."
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit(): continue
+        try: cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError: continue
+        if "mtnlg.session" in cmd:
+            try: found[int(d.name)] = (cmd, (d / "environ").read_bytes().decode(errors="replace"))
+            except OSError: pass
+    return found
+
+
+def every_command_line() -> str:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try: out.append((d / "cmdline").read_bytes().decode(errors="replace"))
+            except OSError: pass
+    return "\n".join(out)
+
+
+def stranger(seen: dict, stop: threading.Event):
+    "Connect to the session's listener without its key as soon as its ranks show their address (as anyone could)."
+    from multiprocessing.connection import Client
+    while not stop.is_set():
+        for cmd, _ in rank_processes().values():
+            if "--address" in cmd:
+                host, port = cmd.split("--address ")[1].split()[0].rsplit(":", 1)
+                try:
+                    with Client((host, int(port)), authkey=b"not the key"): seen["connected"] = True
+                except Exception as e: seen["refused"] = f"{type(e).__name__}: {e}"
+                return
+        time.sleep(0.05)
+
+
+def test_an_idle_session_still_answers_and_its_key_stays_off_command_lines(tmp_path):
+    from mtnlg.session import KEY_ENV, Session
+    timeout_s = 20
+    p = tiny_run(tmp_path / "run", "--steps", 2, "--save-interval", 2, timeout_s=timeout_s)
+    assert p.returncode == 0, p.stderr[-3000:]
+    seen, stop = {}, threading.Event()
+    t = threading.Thread(target=stranger, args=(seen, stop), daemon=True)
+    t.start()
+    try:
+        with Session(tmp_path / "run", tp=2) as s:
+            stop.set()
+            assert s._ranks.listener.address[0] == "127.0.0.1"                 # every rank runs here
+            ranks = rank_processes()
+            keys = {e.split(f"{KEY_ENV}=")[1].split("\0")[0] for _, e in ranks.values() if KEY_ENV in e}
+            assert len(keys) == 1 and len(next(iter(keys))) == 64, "the ranks hold the session's key"
+            assert next(iter(keys)) not in every_command_line()                # but no command line shows it
+            first = s.score_pairs([("The cat sat on the", " mat")])
+            time.sleep(2.2 * timeout_s)                                        # the notebook idles
+            again = s.score_pairs([("The cat sat on the", " mat")])
+    finally:
+        stop.set()
+    assert "refused" in seen and "connected" not in seen, seen              # the stranger was turned away
+    assert again == first and len(again) == 1
+
+
+def test_a_stopped_rank_ends_training_naming_itself_and_resume_matches(tmp_path):
+    flags = ["--dp", 2, "--steps", 4, "--save-interval", 1]
+    ref = tiny_run(tmp_path / "ref", *flags)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    # rank 1 stops itself inside step 3's loss: steps 1-2 are checkpointed, rank 0 waits in the step's all-reduce
+    hung = tiny_run(tmp_path / "hung", *flags, nprocs_env={"MTNLG_INJECT_HANG": "3:1"})
+    assert hung.returncode != 0
+    said = [l for l in hung.stderr.splitlines() if "has not answered for" in l]
+    assert said and said[0].startswith(f"mtnlg: rank 1 on host {socket.gethostname()} has not answered"), hung.stderr[-4000:]
+    assert "the last complete checkpoint is step00000002" in hung.stderr, hung.stderr[-3000:]
+    assert (tmp_path / "hung" / "hung.txt").read_text().startswith("rank 1 on host")   # for a job that requeues
+    assert "Timed out waiting" not in hung.stderr          # the heartbeat ended it, before any collective's timeout
+    again = subprocess.run([MTNLG, "train", "--out", str(tmp_path / "hung"), "--resume", "--no-progress"],
+                           capture_output=True, text=True, env=env(), timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    got = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "hung")}
+    want = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "ref")}
+    assert sorted(got) == [1, 2, 3, 4] and all(abs(got[s] - want[s]) < 1e-6 for s in got), (got, want)
