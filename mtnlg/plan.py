@@ -7,61 +7,17 @@ from __future__ import annotations
 import argparse, copy, json, math, sys
 from dataclasses import dataclass, asdict, replace
 from .config import ConfigError, ModelConfig, RunConfig, load_config, add_config_args, config_from_args
+from .placement import (PlanError, Cluster, CLUSTERS, get_cluster, ORDERS, rank_of, rank_placement,
+                             parallel_groups, placement_table)
 
 # %% auto #0
-__all__ = ['CLUSTERS', 'BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'DRY_RUN_CATEGORIES', 'CE_BLOCK_BYTES', 'VOCAB_ROWS',
-           'WHOLE_ON_EVERY_TP_RANK', 'ORDERS', 'PAPER_COMPUTE_FRACTION', 'PlanError', 'Cluster', 'get_cluster',
-           'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
-           'checkpoint_cost', 'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'pipeline_stats',
-           'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes', 'memory_per_gpu', 'flops_per_iteration',
-           'tflops_per_gpu', 'rank_of', 'rank_placement', 'parallel_groups', 'placement_table', 'predict_time',
+__all__ = ['BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'DRY_RUN_CATEGORIES', 'CE_BLOCK_BYTES', 'VOCAB_ROWS',
+           'WHOLE_ON_EVERY_TP_RANK', 'PAPER_COMPUTE_FRACTION', 'param_counts', 'stage_layers', 'stage_params',
+           'bytes_per_parameter', 'model_state_bytes', 'checkpoint_cost', 'activation_bytes_per_layer',
+           'activation_checkpoint_bytes_total', 'pipeline_stats', 'rank_memory', 'step_comm_bytes',
+           'rank_checkpoint_bytes', 'memory_per_gpu', 'flops_per_iteration', 'tflops_per_gpu', 'predict_time',
            'calibrate', 'with_layout', 'check_layout', 'enumerate_layouts', 'evaluate', 'plan', 'cli_parser',
            'config_of_args', 'cli_run']
-
-# %% ../nbs/01_memory.ipynb #21342d17
-class PlanError(ConfigError):
-    "A layout or cluster request that cannot work; the message says why and what to change."
-
-@dataclass
-class Cluster:
-    "Identical GPU nodes: counts, memory, peak compute and per-GPU link bandwidths."
-    name: str = "dgx-a100-80gb"       # preset name (informational)
-    nodes: int = 1                    # number of nodes
-    gpus_per_node: int = 8            # GPUs per node (one NVLink domain)
-    gpu_memory_bytes: int = 80 * 2**30 # memory per GPU (80 GiB), before the reserve below
-    peak_tflops: float = 312.0        # dense bf16 tensor-core peak per GPU (A100: 312, H100 SXM: 989)
-    # NVLink GB/s per GPU per direction (A100 NVLink3: 300, H100 NVLink4: 450)
-    intra_node_gbps: float = 300.0
-    # InfiniBand GB/s per GPU per direction (A100: 8x HDR 200 Gb/s; H100: 8x NDR 400 Gb/s)
-    inter_node_gbps: float = 25.0
-    # fraction of GPU memory kept for CUDA context, NCCL buffers, fragmentation
-    memory_reserve: float = 0.1
-
-    @property
-    def gpus(self): return self.nodes * self.gpus_per_node
-
-    @property
-    def usable_bytes(self): return int(self.gpu_memory_bytes * (1 - self.memory_reserve))
-
-    def validate(self):
-        "Check sizes; raise `PlanError` naming the field."
-        for f in ("nodes", "gpus_per_node", "gpu_memory_bytes", "peak_tflops", "intra_node_gbps",
-                  "inter_node_gbps"):
-            if not getattr(self, f) > 0: raise PlanError(f"cluster.{f}: must be > 0, got {getattr(self, f)}")
-        if not 0 <= self.memory_reserve < 1:
-            raise PlanError(f"cluster.memory_reserve: must be in [0, 1), got {self.memory_reserve}")
-        return self
-
-CLUSTERS = {
-    "dgx-a100-80gb": Cluster("dgx-a100-80gb", 1, 8, 80 * 2**30, 312.0, 300.0, 25.0),
-    "dgx-h100":      Cluster("dgx-h100", 1, 8, 80 * 2**30, 989.0, 450.0, 50.0),
-}
-
-def get_cluster(name="dgx-a100-80gb", **overrides) -> Cluster:
-    "A preset `Cluster` (see `CLUSTERS`) with field overrides, validated."
-    if name not in CLUSTERS:
-        raise PlanError(f"cluster: unknown preset {name!r}; known: {', '.join(CLUSTERS)}")
-    return replace(CLUSTERS[name], **{k: v for k, v in overrides.items() if v is not None}).validate()
 
 # %% ../nbs/01_memory.ipynb #80e8c9f6
 def param_counts(m: ModelConfig, tp: int = 1) -> dict:
@@ -338,59 +294,6 @@ def tflops_per_gpu(cfg: RunConfig, iteration_time: float, recompute=None) -> flo
     "Achieved TFLOP/s per GPU for an iteration of `iteration_time` seconds on the config's tp*pp*dp GPUs."
     if not iteration_time > 0: raise PlanError(f"iteration_time: must be > 0 seconds, got {iteration_time}")
     return flops_per_iteration(cfg, recompute) / (iteration_time * cfg.parallel.world_size) / 1e12
-
-# %% ../nbs/01_memory.ipynb #030d224f
-ORDERS = ("tp-dp-pp", "tp-pp-dp")
-
-def _strides(tp, pp, dp, order):
-    if order not in ORDERS: raise PlanError(f"order: want one of {ORDERS}, got {order!r}")
-    return dict(tp=1, dp=tp, pp=tp * dp) if order == "tp-dp-pp" else dict(tp=1, pp=tp, dp=tp * pp)
-
-def rank_of(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, pp: int, dp: int,
-            order: str = "tp-dp-pp") -> int:
-    "Global rank of grid coordinate (tp_rank, dp_rank, pp_rank)."
-    st = _strides(tp, pp, dp, order)
-    return tp_rank * st["tp"] + dp_rank * st["dp"] + pp_rank * st["pp"]
-
-def rank_placement(tp: int, pp: int, dp: int, gpus_per_node: int = 8, order: str = "tp-dp-pp") -> list[dict]:
-    "One row per global rank: its node, local rank and tp/pp/dp coordinates; TP groups must not span nodes."
-    if gpus_per_node % tp and tp % gpus_per_node == 0 or tp > gpus_per_node:
-        raise PlanError(f"tp={tp} spans nodes of {gpus_per_node} GPUs; use tp <= gpus_per_node so TP "
-                        "all-reduces stay on NVLink")
-    if gpus_per_node % tp:
-        raise PlanError(f"tp={tp} does not divide gpus_per_node={gpus_per_node}; TP "
-                        "groups would straddle nodes")
-    st, rows = _strides(tp, pp, dp, order), []
-    for r in range(tp * pp * dp):
-        c = {k: (r // st[k]) % n for k, n in (("tp", tp), ("dp", dp), ("pp", pp))}
-        rows.append(dict(rank=r, node=r // gpus_per_node, local_rank=r % gpus_per_node, **c))
-    return rows
-
-def parallel_groups(tp: int, pp: int, dp: int, order: str = "tp-dp-pp") -> dict:
-    "Rank lists of every TP, PP and DP group (each sorted, groups in order of their smallest rank)."
-    out = {}
-    for axis, n in (("tp", tp), ("pp", pp), ("dp", dp)):
-        others = [(a, m) for a, m in (("tp", tp), ("dp", dp), ("pp", pp)) if a != axis]
-        groups = []
-        for i in range(others[0][1]):
-            for j in range(others[1][1]):
-                co = {others[0][0]: i, others[1][0]: j}
-                groups.append(sorted(rank_of(co.get("tp", k if axis == "tp" else 0),
-                                             co.get("dp", k if axis == "dp" else 0),
-                                             co.get("pp", k if axis == "pp" else 0), tp, pp, dp, order)
-                                     for k in range(n)))
-        out[axis] = sorted(groups)
-    return out
-
-def placement_table(tp, pp, dp, gpus_per_node=8, order="tp-dp-pp", max_rows=None) -> str:
-    "The placement as a text table (rank, node, local rank, tp, pp, dp)."
-    rows = rank_placement(tp, pp, dp, gpus_per_node, order)
-    lines = [f"{'rank':>6} {'node':>5} {'local':>5} {'tp':>3} {'pp':>3} {'dp':>4}"]
-    for r in rows[:max_rows]:
-        lines.append(f"{r['rank']:>6} {r['node']:>5} {r['local_rank']:>5} {r['tp']:>3} "
-                     f"{r['pp']:>3} {r['dp']:>4}")
-    if max_rows and len(rows) > max_rows: lines.append(f"... {len(rows) - max_rows} more ranks")
-    return "\n".join(lines)
 
 # %% ../nbs/01_memory.ipynb #badb6c4f
 def _ring_allreduce(nbytes, n, gbps):
