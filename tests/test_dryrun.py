@@ -91,3 +91,79 @@ def run_cli(*argv) -> tuple[int, str]:
 def test_bad_input_is_one_line_before_any_rank_is_built(argv, says):
     rc, err = run_cli("plan", "--dry-run", *argv)
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- the planner against dry runs of configurations drawn at random from what `mtnlg plan` and RunConfig accept ----
+SEED, DRAWS = 20261129, 36
+EXACT = ("parameters", "optimizer")            # byte-equal categories; the others within 1%
+SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags)
+OLD = "bfe00f7"         # the planner before it counted DeepSpeed's padding, buckets and ZeRO 0 (the control)
+
+
+def misses(r, planned, comm, ckpt) -> list[str]:
+    "What of a dry run's rank `r` a planner's figures miss: categories (exact or 1%), traffic per group, checkpoint."
+    out, measured, planned = [], dict(r["measured"]), dict(planned)
+    if planned.get("moment") == "R":    # DeepSpeed moves fp32 gradients into its buckets: counted as either, held summed
+        for d in (measured, planned): d["gradients"], d["temporaries"] = 0, d["gradients"] + d["temporaries"]
+    for c in CATEGORIES:
+        got, want = measured[c], planned[c]
+        ok = got == want if c in EXACT else abs(got - want) <= max(0.01 * max(got, want), SMALL)
+        if not ok: out.append(f"{c}: measured {got}, planned {want:.0f} ({got / max(want, 1):.4f})")
+    sent = {k: v for k, v in r["comm_bytes"].items() if k != "scalars"}
+    if sent != {k: v for k, v in comm.items() if v}: out.append(f"traffic: measured {sent}, planned {comm}")
+    if r["checkpoint_bytes"] != ckpt: out.append(f"checkpoint: measured {r['checkpoint_bytes']}, planned {ckpt}")
+    return out
+
+
+def old_planner():
+    "The planner as it was at commit `OLD` (from git), the control a test of the planner must be able to fail."
+    import importlib.util
+    src = subprocess.run(["git", "show", f"{OLD}:mtnlg/plan.py"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("mtnlg._plan_old", loader=None))
+    mod.__package__ = "mtnlg"
+    sys.modules[mod.__name__] = mod                  # dataclasses look their module up
+    exec(compile(src, f"{OLD}:mtnlg/plan.py", "exec"), mod.__dict__)
+    return mod
+
+
+def held(P, cfg, r, new: bool) -> list[str]:
+    "`misses` of planner module `P` (the new one reads the DeepSpeed config the project builds) on dry run `r`."
+    from mtnlg.pipeline import deepspeed_config
+    s = r["stage"]
+    mem = P.rank_memory(cfg, s, ds_config=deepspeed_config(cfg)) if new else P.rank_memory(cfg, s)
+    return misses(r, mem, P.step_comm_bytes(cfg, s), P.rank_checkpoint_bytes(cfg, s, r["tp_rank"], r["dp_rank"]))
+
+
+def draws(seed: int, n: int) -> list[dict]:
+    "The worker's dry runs of `n` drawn configurations (tests/plan_draws_worker.py), one dict each."
+    p = subprocess.run([sys.executable, "plan_draws_worker.py", str(seed), str(n)], cwd=ROOT / "tests",
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=3000)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_cannot_count():
+    """Dozens of configurations drawn from the accepted space (layout, micro-batch, recompute interval, ZeRO 0/1, bf16
+    and fp32, reduce dtype, tied or untied, dropout): each one the planner counts is held against its dry run per
+    category, per group's traffic and checkpoint; each it refuses is refused in one line naming the setting. The
+    control: the planner as it was (commit OLD) misses on some of the same draws."""
+    from plan_draws_worker import config
+    from mtnlg import plan as P
+    old, rows, old_missed, worst = old_planner(), draws(SEED, DRAWS), 0, {}
+    for x in rows:
+        cfg, r = config(x["draw"]), x["result"]
+        if x["refused"]:
+            assert len(x["refused"].splitlines()) == 1 and "mtnlg plan --dry-run" in x["refused"], x
+            continue
+        got = held(P, cfg, r, new=True)
+        assert not got, f"seed {SEED}, draw {x['index']} {x['draw']}: {got}"
+        old_missed += bool(held(old, cfg, r, new=False))
+        for c in CATEGORIES:
+            ratio = r["measured"][c] / r["planned"][c] if r["planned"][c] else 1.0
+            worst[c] = max(worst.get(c, 1.0), ratio, 1 / ratio if ratio else 1.0)
+    counted = sum(not x["refused"] for x in rows)
+    print(f"seed {SEED}: {len(rows)} draws, {counted} counted, worst ratio per category {worst}")
+    assert counted >= DRAWS // 2 and len(rows) - counted >= 3, (counted, len(rows))
+    assert old_missed >= 3, f"the control: the old planner missed only {old_missed} of {counted} draws"
