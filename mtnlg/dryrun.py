@@ -9,8 +9,8 @@ from .config import ConfigError, RunConfig
 from . import patches, plan as P
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'PHASES', 'LINEAR_FROM', 'ONE_STEP', 'dry_run', 'fast_dry_run', 'default_ranks', 'with_micro_batches',
-           'with_plan', 'cli_parser', 'cli_run']
+__all__ = ['CATEGORIES', 'PHASES', 'LINEAR_FROM', 'BOOKKEEPING', 'ONE_STEP', 'dry_run', 'fast_dry_run', 'default_ranks',
+           'with_micro_batches', 'with_plan', 'cli_parser', 'cli_run']
 
 # %% ../nbs/01b_dryrun.ipynb #8cbeffdd
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
@@ -226,6 +226,7 @@ def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None
 
 # %% ../nbs/01b_dryrun.ipynb #fa570002
 LINEAR_FROM = (2, 3)                 # micro-batches of the two measured steps of a fast dry run
+BOOKKEEPING = 64 * 2 ** 10           # bytes a micro-batch may add outside the activations (a loss, a flag)
 
 def fast_dry_run(cfg: RunConfig, rank: int, micro_batches: int | None = None, warmup_steps: int = 1, **kw) -> dict:
     "`dry_run` at 2 and 3 micro-batches a step, the peak and traffic extrapolated to the real count (growth checked)."
@@ -234,7 +235,7 @@ def fast_dry_run(cfg: RunConfig, rank: int, micro_batches: int | None = None, wa
     r = dry_run(cfg, rank, counts=(1,) * warmup_steps + LINEAR_FROM, **kw)
     a, b = r["apart"]
     fa, fb, f = (min(cfg.parallel.pp - r["stage"], k) for k in LINEAR_FROM + (n,))
-    grew = sorted(c for c in CATEGORIES if a["measured"][c] != b["measured"][c])
+    grew = sorted(c for c in CATEGORIES if abs(a["measured"][c] - b["measured"][c]) > BOOKKEEPING)
     if set(grew) - {"activations"} or (fa == fb and grew):
         raise ConfigError(f"rank {rank}: its memory did not grow linearly with micro-batches in flight ({', '.join(grew)}"
                           " changed from 2 to 3); run every micro-batch instead: --dry-full")
@@ -304,6 +305,9 @@ def _report(r: dict) -> str:
     lines = [f"rank {r['rank']}: stage {r['stage']} ({r['layers']} blocks), tp {r['tp_rank']}, dp {r['dp_rank']}; "
              f"{r['micro_batches']} micro-batches a step",
              f"  {'memory (GiB)':<14}{'measured':>10}{'planned':>10}{'ratio':>8}"]
+    if r.get("refused"):                                      # a setting the planner does not count: measured only
+        cats = list(r["measured"].items()) + [("peak", r["peak_bytes"])]
+        return "\n".join(lines + [f"  {c:<14}{v / G:>10.2f}{'-':>10}" for c, v in cats] + [f"  not planned: {r['refused']}"])
     for c, v in list(r["categories"].items()) + [("peak", dict(measured=r["peak_bytes"], planned=r["planned_bytes"]))]:
         ratio = f"{v['measured'] / v['planned']:.3f}" if v["planned"] else "-"
         lines.append(f"  {c:<14}{v['measured'] / G:>10.2f}{v['planned'] / G:>10.2f}{ratio:>8}")
