@@ -179,7 +179,7 @@ def rank_model_states(cfg: RunConfig, stage: int, ds_config: dict | None = None)
     graded = n - (cfg.model.seq_length * cfg.model.hidden_size if _tied_copy(cfg, stage) else 0)
     if cfg.precision == "bf16":            # DeepSpeed's bf16 optimizer, which partitions over DP at ZeRO 0 too
         fp32_buffer = p.zero_stage == 1
-        return dict(parameters=2 * padded, gradients=4 * padded if fp32_buffer else 2 * graded, in_grad=not fp32_buffer,
+        return dict(parameters=2 * padded, gradients=4 * padded if fp32_buffer else 2 * padded, in_grad=not fp32_buffer,
                     optimizer=12 * padded // p.dp, buckets=0)
     if p.zero_stage == 0:                  # torch's AdamW on fp32 weights
         return dict(parameters=4 * n, gradients=4 * graded, in_grad=True, optimizer=8 * n, buckets=0)
@@ -236,7 +236,11 @@ def rank_memory(cfg: RunConfig, stage: int, recompute=None, ds_config: dict | No
                                  L - M + e * w_fc + mlp + 2 * A + (0 if last else a) + held)}
     else:
         moments = {"E": at(e * ((n - 1) * block + w_fc) + head, (F * n - n + 1) * L - M - 2 * mlp + extras,
-                           e * w_fc + (3 + (not last)) * A + mlp + a + held)}
+                           e * w_fc + (3 + (not last)) * A + mlp + a + held),
+                   # at QKV's weight gradient: the block's other gradients made (small models: weights outweigh
+                   # activations), its input and normalized input kept (the last stage peaks at E or S)
+                   **({} if last else {"E (qkv)": at(e * (n * block - w_qkv) + head, (F * n - n) * L + 2 * A + extras,
+                                 e * w_qkv + 4 * A + 4 * a + held)})}
     kept = F * n * (A if full else L)
     if last:
         valid = min(vp, m.vocab_size)                                   # the loss's columns (no padding)
@@ -276,7 +280,8 @@ def step_comm_bytes(cfg: RunConfig, stage: int, recompute=None) -> dict:
     if p.pp > 1:
         message = A / t + 8 * (7 + t) if t > 1 else A                  # a TP part and its header, or all of it
         out["pp"] = nmb * 2 * message * ((not first) + (not last))
-        if m.tie_embeddings and (first or last): out["embedding"] = 4 * m.padded_vocab_size(t) // t * h
+        if m.tie_embeddings and (first or last):     # the tied gradient in fp32 (bf16 at ZeRO 0: no fp32 buffer)
+            out["embedding"] = (2 if cfg.precision == "bf16" and p.zero_stage == 0 else 4) * m.padded_vocab_size(t) // t * h
     if p.dp > 1:                        # gradients reduced, then the updated weights gathered (DeepSpeed's optimizers)
         grad_bytes = 2 if cfg.precision == "bf16" and p.grad_reduce_dtype == "bf16" else 4
         padded = _padded_groups(cfg, stage)

