@@ -263,7 +263,7 @@ def with_micro_batches(cfg: RunConfig, micro_batches: int | None) -> RunConfig:
 
 def with_plan(result: dict, cfg: RunConfig) -> dict:
     "A dry run's `result` with the planner's figures beside the measured ones: memory, traffic, checkpoint."
-    from mtnlg.pipeline import deepspeed_config
+    from mtnlg.pipeline import deepspeed_config              # here: it imports torch, which `mtnlg plan` must not
     c, stage = with_micro_batches(cfg, result["micro_batches"]), result["stage"]
     try: planned = P.rank_memory(c, stage, ds_config=deepspeed_config(c))
     except P.PlanError as e: return dict(result, refused=str(e))     # a setting the planner does not count
