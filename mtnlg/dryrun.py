@@ -239,7 +239,7 @@ def fast_dry_run(cfg: RunConfig, rank: int, micro_batches: int | None = None, wa
     if set(grew) - {"activations"} or (fa == fb and grew):
         raise ConfigError(f"rank {rank}: its memory did not grow linearly with micro-batches in flight ({', '.join(grew)}"
                           " changed from 2 to 3); run every micro-batch instead: --dry-full")
-    k = f - fa if fb > fa else 0
+    k = f - fa if fb > fa else n - LINEAR_FROM[0]     # in-flight growth; else a step's bookkeeping per micro-batch
     def line(x, y, steps): return x + steps * (y - x)
     measured = {c: line(a["measured"][c], b["measured"][c], k) for c in CATEGORIES}
     comm = {g: line(a["comm"].get(g, 0), b["comm"].get(g, 0), n - LINEAR_FROM[0]) for g in a["comm"] | b["comm"]}

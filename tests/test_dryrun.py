@@ -193,7 +193,7 @@ def test_named_regressions_right_now_and_wrong_before():
 @pytest.mark.slow
 def test_fast_dry_run_equals_the_full_run_and_refuses_growth_that_is_not_linear():
     """Extrapolated from steps of 2 and 3 micro-batches, a first, middle and last stage's memory and traffic equal a
-    run of every micro-batch (to the byte, bookkeeping aside). The control: a growth outside the activations is
+    run of every micro-batch (traffic to the byte, memory to the 64 KiB of bookkeeping the check allows). The control: a growth outside the activations is
     refused (the check is real: a budget of 0 bytes refuses the few bytes a micro-batch adds)."""
     code = """
 import json
@@ -215,7 +215,7 @@ print(json.dumps(dict(pairs=[[dict(f["measured"], peak=f["peak_bytes"], comm=f["
     got = json.loads(p.stdout.strip().splitlines()[-1])
     for fast, full in got["pairs"]:
         assert fast["comm"] == full["comm"], (fast, full)
-        assert all(abs(fast[k] - full[k]) <= 256 for k in CATEGORIES + ("peak",)), (fast, full)
+        assert all(abs(fast[k] - full[k]) <= 64 * 2 ** 10 for k in CATEGORIES + ("peak",)), (fast, full)
     assert "did not grow linearly" in got["refused"] and "--dry-full" in got["refused"], got["refused"]
 
 
