@@ -9,7 +9,8 @@ from .config import ConfigError, RunConfig
 from . import patches, plan as P
 
 # %% auto #0
-__all__ = ['CATEGORIES', 'PHASES', 'dry_run', 'default_ranks', 'with_micro_batches', 'with_plan', 'cli_parser', 'cli_run']
+__all__ = ['CATEGORIES', 'PHASES', 'LINEAR_FROM', 'BOOKKEEPING', 'ONE_STEP', 'dry_run', 'fast_dry_run', 'default_ranks',
+           'with_micro_batches', 'with_plan', 'cli_parser', 'cli_run']
 
 # %% ../nbs/01b_dryrun.ipynb #8cbeffdd
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
@@ -160,10 +161,11 @@ def _summary(ops, topo) -> tuple[list, dict]:
 
 # %% ../nbs/01b_dryrun.ipynb #62e7fd32
 def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None = None, fake: bool = True,
-            gpu_kernels: bool = True) -> dict:
+            gpu_kernels: bool = True, counts: tuple | None = None) -> dict:
     "Rank `rank` of `cfg`'s layout built and stepped for real on fake tensors in a fake world: what it measured."
     # fake=False: real tensors (a small model; the check of the counting); gpu_kernels=False: the CPU's attention
-    # and dropout (a GPU rank runs flash attention and the fused dropout)
+    # and dropout (a GPU rank runs flash attention and the fused dropout); counts: micro-batches of each step, the
+    # last two measured apart (`fast_dry_run`; default: `micro_batches` in each of `steps`, the last one measured)
     import torch
     # here, not at the top: `mtnlg plan` imports this module and must not import torch, DeepSpeed, megatron-core
     from mtnlg import topology as T, model as M, pipeline as PL, checkpoint as CK
@@ -171,6 +173,9 @@ def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None
     p, m = cfg.parallel, cfg.model
     nmb = micro_batches or cfg.grad_accum
     if nmb < 1 or steps < 1: raise ConfigError(f"micro_batches ({nmb}) and steps ({steps}) must be at least 1")
+    counts = list(counts or [nmb] * steps)
+    measured = set(range(len(counts))[-2:] if len(counts) > 1 and counts[-1] != counts[-2] else [len(counts) - 1])
+    nmb = max(counts)
     topo = T.init_fake_world(p, rank, cfg)
     Memory, Comms, Scalars = _modes()
     fake_mode = patches.fake_tools().fake_mode
@@ -191,15 +196,18 @@ def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None
             tokens = torch.randint(0, m.vocab_size, (p.micro_batch, m.seq_length + 1))
             batch = [(tokens[:, :-1], tokens[:, 1:])] * nmb
             def phase(instruction): mem.phase = PHASES.get(instruction, "temporaries")
-            seconds = []
+            seconds, apart = [], []
             kernels = patches.gpu_kernels() if fake and gpu_kernels else contextlib.nullcontext()
             with patches.pipe_without_values(engine, shape, dtype, phase), kernels, mem:
-                for step in range(steps):
-                    last = step == steps - 1
-                    if last: mem.reset_peak()
+                for step, count in enumerate(counts):
+                    last = step in measured
+                    if last: mem.reset_peak(), comms.ops.clear()
+                    engine.set_train_batch_size(count * p.micro_batch * p.dp)    # DeepSpeed's own way (a ramp-up's)
                     t0 = time.time()
-                    with comms if last else contextlib.nullcontext(): engine.train_batch(iter(batch))
+                    with comms if last else contextlib.nullcontext(): engine.train_batch(iter(batch[:count]))
                     seconds.append(time.time() - t0)
+                    if last: apart.append(dict(micro_batches=count, peak_bytes=mem.peak, measured=dict(mem.at_peak),
+                                               comm=_summary(comms.ops, topo)[1]))
                     for state in getattr(opt, "optimizer", opt).state.values():   # AdamW's moments: 1st step
                         for v in state.values():
                             if torch.is_tensor(v) and v.dim() > 0: mem.add(v, "optimizer")
@@ -207,13 +215,36 @@ def dry_run(cfg: RunConfig, rank: int, steps: int = 2, micro_batches: int | None
         ops, comm_bytes = _summary(comms.ops, topo)
         return dict(rank=rank, stage=topo.pp_rank, tp_rank=topo.tp_rank, dp_rank=topo.dp_rank,
                     layers=sum(1 for mod in engine.module.modules() if type(mod).__name__ == "Block"),
-                    micro_batches=nmb, peak_bytes=mem.peak, measured=mem.at_peak, comm=ops, comm_bytes=comm_bytes,
+                    micro_batches=counts[-1], peak_bytes=mem.peak, measured=mem.at_peak, comm=ops, comm_bytes=comm_bytes,
+                    apart=apart,
                     checkpoint_bytes=sum(t.numel() * t.element_size() for *_, t in items),
                     checkpoint_pieces=len(items), metadata_bytes=CK.metadata_bytes(items, rank),
                     world_size=topo.world_size, step_seconds=seconds, scalar_reads=dict(scalars.reads),
                     wall_s=time.time() - t_start,
                     host_peak_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     finally: T.shutdown()
+
+# %% ../nbs/01b_dryrun.ipynb #fa570002
+LINEAR_FROM = (2, 3)                 # micro-batches of the two measured steps of a fast dry run
+BOOKKEEPING = 64 * 2 ** 10           # bytes a micro-batch may add outside the activations (a loss, a flag)
+
+def fast_dry_run(cfg: RunConfig, rank: int, micro_batches: int | None = None, warmup_steps: int = 1, **kw) -> dict:
+    "`dry_run` at 2 and 3 micro-batches a step, the peak and traffic extrapolated to the real count (growth checked)."
+    n = micro_batches or cfg.grad_accum
+    if n <= LINEAR_FROM[1]: return dry_run(cfg, rank, warmup_steps + 1, n, **kw)
+    r = dry_run(cfg, rank, counts=(1,) * warmup_steps + LINEAR_FROM, **kw)
+    a, b = r["apart"]
+    fa, fb, f = (min(cfg.parallel.pp - r["stage"], k) for k in LINEAR_FROM + (n,))
+    grew = sorted(c for c in CATEGORIES if abs(a["measured"][c] - b["measured"][c]) > BOOKKEEPING)
+    if set(grew) - {"activations"} or (fa == fb and grew):
+        raise ConfigError(f"rank {rank}: its memory did not grow linearly with micro-batches in flight ({', '.join(grew)}"
+                          " changed from 2 to 3); run every micro-batch instead: --dry-full")
+    k = f - fa if fb > fa else n - LINEAR_FROM[0]     # in-flight growth; else a step's bookkeeping per micro-batch
+    def line(x, y, steps): return x + steps * (y - x)
+    measured = {c: line(a["measured"][c], b["measured"][c], k) for c in CATEGORIES}
+    comm = {g: line(a["comm"].get(g, 0), b["comm"].get(g, 0), n - LINEAR_FROM[0]) for g in a["comm"] | b["comm"]}
+    return dict(r, micro_batches=n, measured=measured, peak_bytes=line(a["peak_bytes"], b["peak_bytes"], k),
+                comm_bytes=comm, extrapolated=dict(from_micro_batches=LINEAR_FROM, in_flight=f))
 
 # %% ../nbs/01b_dryrun.ipynb #afdc47c0
 def default_ranks(cfg: RunConfig) -> list[int]:
@@ -232,8 +263,10 @@ def with_micro_batches(cfg: RunConfig, micro_batches: int | None) -> RunConfig:
 
 def with_plan(result: dict, cfg: RunConfig) -> dict:
     "A dry run's `result` with the planner's figures beside the measured ones: memory, traffic, checkpoint."
+    from mtnlg.pipeline import deepspeed_config              # here: it imports torch, which `mtnlg plan` must not
     c, stage = with_micro_batches(cfg, result["micro_batches"]), result["stage"]
-    planned = P.rank_memory(c, stage)
+    try: planned = P.rank_memory(c, stage, ds_config=deepspeed_config(c))
+    except P.PlanError as e: return dict(result, refused=str(e))     # a setting the planner does not count
     cats = {k: dict(measured=result["measured"][k], planned=planned[k]) for k in CATEGORIES}
     return dict(result, planned_bytes=planned["total"], planned_moment=planned["moment"],
                 planned={k: planned[k] for k in CATEGORIES}, categories=cats,
@@ -250,6 +283,8 @@ def cli_parser(parser):
                                                  "a middle and the last pipeline stage)")
     g.add_argument("--dry-steps", type=int, default=2, help="training steps of the dry run; the last one is measured "
                                                             "(default 2: the first makes AdamW's moments)")
+    g.add_argument("--dry-full", action="store_true", help="run every micro-batch of the step (default: steps of 2 and "
+                                                           "3 micro-batches, extrapolated to the real count)")
     g.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches a step (default: the config's global batch / (micro-batch x dp))")
     return parser
@@ -270,6 +305,9 @@ def _report(r: dict) -> str:
     lines = [f"rank {r['rank']}: stage {r['stage']} ({r['layers']} blocks), tp {r['tp_rank']}, dp {r['dp_rank']}; "
              f"{r['micro_batches']} micro-batches a step",
              f"  {'memory (GiB)':<14}{'measured':>10}{'planned':>10}{'ratio':>8}"]
+    if r.get("refused"):                                      # a setting the planner does not count: measured only
+        cats = list(r["measured"].items()) + [("peak", r["peak_bytes"])]
+        return "\n".join(lines + [f"  {c:<14}{v / G:>10.2f}{'-':>10}" for c, v in cats] + [f"  not planned: {r['refused']}"])
     for c, v in list(r["categories"].items()) + [("peak", dict(measured=r["peak_bytes"], planned=r["planned_bytes"]))]:
         ratio = f"{v['measured'] / v['planned']:.3f}" if v["planned"] else "-"
         lines.append(f"  {c:<14}{v['measured'] / G:>10.2f}{v['planned'] / G:>10.2f}{ratio:>8}")
@@ -284,7 +322,14 @@ def _report(r: dict) -> str:
                  f"{share * r['world_size'] / 2 ** 20:.1f} MiB for all {r['world_size']} ranks at this share")
     lines.append(f"  the plan's peak: moment {r['planned_moment']}; the dry run: {r['wall_s']:.1f} s, host peak "
                  f"{r['host_peak_bytes'] / G:.2f} GiB")
+    if "extrapolated" in r:
+        lines.append(f"  measured at {' and '.join(map(str, LINEAR_FROM))} micro-batches a step, extrapolated to "
+                     f"{r['micro_batches']} ({r['extrapolated']['in_flight']} in flight); --dry-full runs them all")
+    if r.get("left_out"): lines.append(f"  left out: {r['left_out']}")
     return "\n".join(lines)
+
+ONE_STEP = ("one step, measured before AdamW's first update makes its moments: the optimizer row leaves out the "
+            "two moments (2/3 of the planned optimizer states); --dry-steps 2 counts them")
 
 def cli_run(args) -> int:
     "`mtnlg plan`: the planner, or with `--dry-run` the layout's ranks run on fake tensors against it."
@@ -293,12 +338,16 @@ def cli_run(args) -> int:
         return P.cli_run(args) or print_schedule(P.config_of_args(args), args)
     from mtnlg.topology import check_layout                   # imports torch: only when a dry run is asked
     cfg = P.config_of_args(args)
+    P.check_layout(cfg, P.cluster_of_args(args, cfg))        # what `mtnlg plan` refuses (TP across nodes, ...)
     check_layout(cfg, cfg.parallel.world_size)                # the layout's rules, before any rank is built
     ranks = _ranks(args.ranks, cfg)
     if args.dry_steps < 1: raise ConfigError(f"--dry-steps: {args.dry_steps} is not a number of steps; use 1 or more")
     if args.micro_batches is not None and args.micro_batches < 1:
         raise ConfigError(f"--micro-batches: {args.micro_batches} is not a number of micro-batches; use 1 or more")
     for rank in ranks:
-        r = with_plan(dry_run(cfg, rank, args.dry_steps, args.micro_batches), cfg)
+        if args.dry_full or args.dry_steps == 1: r = dry_run(cfg, rank, args.dry_steps, args.micro_batches)
+        else: r = fast_dry_run(cfg, rank, args.micro_batches, warmup_steps=args.dry_steps - 1)
+        r = with_plan(r, cfg)
+        if args.dry_steps == 1: r["left_out"] = ONE_STEP
         print(json.dumps(r) if args.json else _report(r), flush=True)
     return 0

@@ -184,3 +184,45 @@ def test_tp_slice_matches_the_model_sharding(tp):
     for r in range(tp):
         n = sum(shard(name, torch.zeros(shape), cfg.model, tp, r).numel() for name, shape in full_shapes(cfg.model).items())
         assert n == P.stage_params(cfg)[0]
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["parallel.checkpoint_activations=3"], "not DeepSpeed's chunks of 3 blocks"),
+    (["parallel.checkpoint_activations=2"], "not DeepSpeed's chunks of 2 blocks"),
+    (["parallel.zero_stage=0", "precision=fp32"], "fp32 runs through DeepSpeed's ZeRO-1 optimizer only"),
+    (["parallel.one_pass_loss=true"], "parallel.one_pass_loss=True: the planner counts memory only at False"),
+    (["compile=true"], "compile=True"),
+    (["parallel.partition_method=uniform"], "parallel.partition_method='uniform'"),
+])
+def test_plan_refuses_in_one_line_what_it_does_not_count(sets, says, capsys):
+    "A setting whose memory the planner does not count: one line naming it and `--dry-run`, no number (exit 2)."
+    argv = ["--preset", "mtnlg-530b", "--tp", "8", "--pp", "35"] + [a for s in sets for a in ("--set", s)]
+    rc, out, err = run_main(argv, capsys)
+    assert rc == 2 and says in err and "--dry-run" in err and len(err.strip().splitlines()) == 1 and out == "", err
+    rc, out, _ = run_main(["--preset", "mtnlg-530b", "--tp", "8", "--pp", "35"], capsys)   # the control: counted
+    assert rc == 0 and "fits" in out
+
+
+def test_fits_only_with_the_planners_tolerance_to_spare(capsys):
+    """'fits' keeps the planner's 1% tolerance above its peak, inside the memory left after the stated reserve: a GPU
+    whose usable memory is the peak exactly does not fit; 1% more than that does (the control)."""
+    cfg, cl = load_config("mtnlg-530b"), P.get_cluster(nodes=280)
+    peak = P.evaluate(cfg, cl)["peak_bytes_per_gpu"]
+    tight = P.get_cluster(nodes=280, memory_reserve=0.0, gpu_memory_bytes=int(peak) + 1)
+    roomy = P.get_cluster(nodes=280, memory_reserve=0.0, gpu_memory_bytes=int(peak * (1 + P.PLAN_TOLERANCE)) + 1)
+    assert not P.evaluate(cfg, tight)["fits"] and P.evaluate(cfg, roomy)["fits"]
+    assert P.evaluate(cfg, cl)["plan_tolerance"] == 0.01 and cl.memory_reserve == 0.1
+
+
+def test_planner_reads_the_reduce_bucket_of_the_deepspeed_config_the_project_builds():
+    "fp32 goes through DeepSpeed's ZeRO-1 optimizer: its two reduce buckets are the size the built config gives."
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from mtnlg.pipeline import deepspeed_config
+    cfg = load_config("tiny")
+    ds = deepspeed_config(cfg)
+    size = DeepSpeedZeroConfig(**ds["zero_optimization"]).reduce_bucket_size
+    assert size == P.REDUCE_BUCKET_ELEMENTS
+    assert P.rank_model_states(cfg, 0, ds)["buckets"] == 2 * 4 * size
+    small = dict(ds, zero_optimization=dict(ds["zero_optimization"], reduce_bucket_size=1000))
+    assert P.rank_model_states(cfg, 0, small)["buckets"] == 8000          # the control: read, not a constant
+    assert P.rank_memory(cfg, 0)["total"] > 4e9 > P.rank_memory(cfg, 0, ds_config=small)["total"]
