@@ -1045,6 +1045,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                 'mtnlg.topology.end_job': ('topology.html#end_job', 'mtnlg/topology.py'),
                                 'mtnlg.topology.from_leader': ('topology.html#from_leader', 'mtnlg/topology.py'),
                                 'mtnlg.topology.gather_hosts': ('topology.html#gather_hosts', 'mtnlg/topology.py'),
+                                'mtnlg.topology.gather_waiting': ('topology.html#gather_waiting', 'mtnlg/topology.py'),
                                 'mtnlg.topology.hosts_summary': ('topology.html#hosts_summary', 'mtnlg/topology.py'),
                                 'mtnlg.topology.init_distributed': ('topology.html#init_distributed', 'mtnlg/topology.py'),
                                 'mtnlg.topology.init_fake_world': ('topology.html#init_fake_world', 'mtnlg/topology.py'),

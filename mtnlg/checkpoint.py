@@ -27,6 +27,7 @@ from .checkpoint_folders import (DIGESTS, CheckpointError, check_listed, checkpo
                                       check_free_space, disk_full,
                                       prune_checkpoints, read_through, reading, step_tag, verifiers)
 from . import patches
+from .topology import gather_waiting
 from .plan import checkpoint_cost
 from .topology import seed_all
 
@@ -238,16 +239,12 @@ class CheckpointReader(FileSystemReader):
         "(files this rank hashes, files some rank reads): all it reads, or in a collective load its `verifiers`."
         sizes = {n: (self.digests.get(n) or (None, 0))[1] or 0 for n in by_file}     # as recorded at the save
         if not self._together(): return set(sizes), set(sizes)
-        reads = [None] * dist.get_world_size()
-        dist.all_gather_object(reads, sizes)
-        who = verifiers(reads)
+        who = verifiers(gather_waiting(sizes))          # a rank still reading another load waits, untimed
         return {n for n, r in who.items() if r == dist.get_rank()}, set(who)
     def _agree(self, why):
         "The first rank's failure, on every rank of a collective load (each finishes its reads first)."
         if not self._together(): return why
-        whys = [None] * dist.get_world_size()
-        dist.all_gather_object(whys, why)
-        return next((w for w in whys if w), None)
+        return next((w for w in gather_waiting(why) if w), None)     # ranks hash unequal shares: no timeout
     def _read_file(self, name: str, reqs: list, planner, hashing: bool) -> list:
         "Read what `reqs` want of data file `name` (all of it, through sha256, when `hashing`); pieces left to DCP."
         try: fd = os.open(Path(self.path) / name, os.O_RDONLY)

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from . import patches
+from .topology import from_leader
 from .config import ConfigError, atomic_write_text, file_sha256, fsync_dir
 try: import fcntl                   # POSIX file locks; elsewhere a lease is judged by host, process id and age
 except ImportError: fcntl = None
@@ -280,13 +281,11 @@ def checkpoint_view(ck) -> dict:
 def agreed_checkpoint(base, pick, topo) -> Path | None:
     "`base/NAME` on every rank, NAME that of rank 0's `pick()` (a collective); `CheckpointError` unless all see it alike."
     if topo.world_size == 1: return pick()
-    chosen = [None, None]
-    if topo.rank == 0:
+    def choose():
         try: ck = pick()
-        except (ConfigError, CheckpointError) as e: ck, chosen = None, [None, str(e)]     # said on every rank
-        if ck is not None: chosen = [Path(ck).name, checkpoint_view(ck)]
-    dist.broadcast_object_list(chosen, src=0)
-    name, seen_by_0 = chosen
+        except (ConfigError, CheckpointError) as e: return [None, str(e)]     # said on every rank
+        return [None, None] if ck is None else [Path(ck).name, checkpoint_view(ck)]
+    name, seen_by_0 = from_leader(choose)           # rank 0 lists and hashes alone: the others wait, untimed
     if name is None and seen_by_0: raise CheckpointError(seen_by_0)
     if name is None: return None
     ck = Path(base) / name                        # each rank's own path to it (mounts may differ between hosts)

@@ -17,7 +17,7 @@ __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRES
            'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'is_verbose', 'quiet_megatron', 'parse_partition',
            'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
            'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'broadcast_waiting', 'from_leader',
-           'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
+           'gather_waiting', 'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -286,6 +286,13 @@ def from_leader(fn, src: int = 0, monitored: bool = True):
     group = _WAIT_GROUP if monitored else None
     dist.broadcast_object_list(box, src, group=group)
     return box[0]
+
+def gather_waiting(obj, monitored: bool = True) -> list:
+    "Every rank's picklable `obj`, however long some ranks work before they give theirs (under the heartbeat)."
+    if not dist.is_initialized() or dist.get_world_size() == 1: return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj, group=_WAIT_GROUP if monitored else None)
+    return out
 
 # %% ../nbs/02_topology.ipynb #1240a393
 def _start_watch(topo: Topology, timeout_s: float):
