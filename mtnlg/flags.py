@@ -153,7 +153,9 @@ def generate_flags(parser):
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0)")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    parser.add_argument("--seed", type=int, default=1234, help="sampling seed (same tokens on any layout)")
+    parser.add_argument("--seed", type=int, default=1234,
+                        help="sampling seed: the same tokens again on the same layout and precision "
+                             "(with --per-row at any --batch-size)")
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeat for several)")
     parser.add_argument("--per-row", action="store_true",
                         help="decode each prompt alone: the same text at any --batch-size (a forward per row)")
