@@ -35,7 +35,7 @@ WEB_SOURCES = {"pygameweb": (("tut",), "pytopics"),
                "pyweb": (("tutorial", "howto", "faq", "whatsnew", "using", "installing", "distributing"), "foldoc")}
 # a source whose documents changed: its cached file and every cached demo blend are made again
 SOURCE_VERSIONS = {"pyweb": 2}
-DEMO_CORPUS_VERSION = 4      # 3: Megatron decontamination rules (issue 30); 4: sources from any OS (issue 44)
+DEMO_CORPUS_VERSION = 4      # 3: Megatron decontamination rules; 4: sources from any OS
 
 # %% ../nbs/05d_corpus.ipynb #553e47dd
 def _write_jsonl(path, texts):
