@@ -45,14 +45,14 @@ def tiny_run(out: Path, *flags, timeout_s: int = 20, nprocs_env=None) -> subproc
                           timeout=900)
 
 
-def rank_processes() -> dict[int, tuple[str, str]]:
-    "{pid: (command line, environment)} of this user's processes that run `mtnlg.session` ranks."
+def rank_processes(run) -> dict[int, tuple[str, str]]:
+    "{pid: (command line, environment)} of the processes that run `mtnlg.session` ranks over run folder `run`."
     found = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit(): continue
         try: cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError: continue
-        if "mtnlg.session" in cmd:
+        if "mtnlg.session" in cmd and str(run) in cmd:      # not another test's session beside this one
             try: found[int(d.name)] = (cmd, (d / "environ").read_bytes().decode(errors="replace"))
             except OSError: pass
     return found
@@ -67,11 +67,11 @@ def every_command_line() -> str:
     return "\n".join(out)
 
 
-def stranger(seen: dict, stop: threading.Event):
+def stranger(run, seen: dict, stop: threading.Event):
     "Connect to the session's listener without its key as soon as its ranks show their address (as anyone could)."
     from multiprocessing.connection import Client
     while not stop.is_set():
-        for cmd, _ in rank_processes().values():
+        for cmd, _ in rank_processes(run).values():
             if "--address" in cmd:
                 host, port = cmd.split("--address ")[1].split()[0].rsplit(":", 1)
                 try:
@@ -87,13 +87,13 @@ def test_an_idle_session_still_answers_and_its_key_stays_off_command_lines(tmp_p
     p = tiny_run(tmp_path / "run", "--steps", 2, "--save-interval", 2, timeout_s=timeout_s)
     assert p.returncode == 0, p.stderr[-3000:]
     seen, stop = {}, threading.Event()
-    t = threading.Thread(target=stranger, args=(seen, stop), daemon=True)
+    t = threading.Thread(target=stranger, args=(tmp_path / "run", seen, stop), daemon=True)
     t.start()
     try:
         with Session(tmp_path / "run", tp=2) as s:
             stop.set()
             assert s._ranks.listener.address[0] == "127.0.0.1"                 # every rank runs here
-            ranks = rank_processes()
+            ranks = rank_processes(tmp_path / "run")
             keys = {e.split(f"{KEY_ENV}=")[1].split("\0")[0] for _, e in ranks.values() if KEY_ENV in e}
             assert len(keys) == 1 and len(next(iter(keys))) == 64, "the ranks hold the session's key"
             assert next(iter(keys)) not in every_command_line()                # but no command line shows it
