@@ -56,7 +56,7 @@ test: $(STAMP) check-sync check-clean pytest
 # The fast tier while working: the checks above, unit tests and one small multi-process run (tests/test_small_run.py),
 # every test not marked `slow` (under 5 minutes on 2 cores); `make test` runs everything, as CI does.
 test-fast: $(STAMP) check-sync check-clean
-	$(PY) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --tb=short $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m "not slow" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --tb=short $(PYTEST_ARGS)
 
 # (1) the library must be exactly what the notebooks export
 check-sync: $(STAMP)
@@ -76,7 +76,7 @@ check-clean: $(STAMP)
 
 # (3) tests/ and every notebook in nbs/ (through nbdev's runner, so `#| eval: false` is honoured)
 pytest: $(STAMP)
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --tb=short --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --tb=short --durations=25 $(PYTEST_ARGS)
 
 export: $(STAMP)
 	$(VENV)/bin/nbdev_export && $(VENV)/bin/nbdev_clean

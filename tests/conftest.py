@@ -124,13 +124,42 @@ def pytest_xdist_node_collection_finished(node, ids):
 SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "multihost", "test_multihost": "multihost",
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
+# Seconds of pytest time each group took in the last measured `make test` (its "seconds per xdist group" lines): the
+# Makefile passes --no-loadscope-reorder, so the workers take groups in this order, longest first, and end together
+# (xdist's own order is by number of tests: a long group of few tests started last made the suite wait on it alone).
+GROUP_SECONDS = {"multihost": 1100, "nbs": 900, "test_studies": 700, "test_checkpoint": 450, "test_eval": 350,
+                 "test_train": 350, "test_demo": 320, "slurm": 300, "test_curation_scale": 260, "test_alive": 250,
+                 "test_package": 230}
+
+def _group(item) -> str:
+    "The xdist group of a collected test."
+    return item.get_closest_marker("xdist_group").args[0]
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    "Each test's xdist group: its file, or the group its file shares (`SHARED_GROUPS`)."
+    "Each test's xdist group: its file, or the group its file shares (`SHARED_GROUPS`); the longest groups first."
     for item in items:
         stem = item.path.stem
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(stem, stem)))
+    first_seen = {}
+    for i, item in enumerate(items): first_seen.setdefault(_group(item), i)
+    items.sort(key=lambda item: (-GROUP_SECONDS.get(_group(item), 0), first_seen[_group(item)]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    "Seconds per xdist group (set-up, call and tear-down of its tests): the figures GROUP_SECONDS is updated from."
+    seconds = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            if "@" not in nodeid or not getattr(report, "when", None): continue
+            group = nodeid.rsplit("@", 1)[1]
+            seconds[group] = seconds.get(group, 0) + report.duration
+    if len(seconds) > 1:
+        longest_first = sorted(seconds.items(), key=lambda pair: -pair[1])
+        terminalreporter.write_sep("=", "seconds per xdist group")
+        terminalreporter.write_line(", ".join(f"{group} {s:.0f}" for group, s in longest_first))
 
 
 def pytest_sessionfinish(session, exitstatus):
