@@ -51,7 +51,7 @@ def _sentencepiece_vocab(path: Path) -> int:
 # %% ../nbs/09a_preflight.ipynb #77544e34
 RESUMABLE_CHANGES = ("parallel.", "steps", "train_tokens", "log_interval", "eval_interval", "eval_batches",
                      "save_interval", "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir",
-                     "keep_last", "compile", "async_checkpoint")     # = mtnlg.train.RESUMABLE_CHANGES
+                     "keep_last", "compile", "async_checkpoint")     # what a resume may change
 
 def _flat(d, pre=""):
     out = {}

@@ -17,18 +17,19 @@ from .topology import HUNG_FILE_ENV, check_layout, cpu_malloc_reuse, init_distri
 from .model import init_parameters
 from .pipeline import build_pipeline, build_engine
 from .checkpoint_folders import CheckpointError, agreed_checkpoint, clean_partial, latest_checkpoint, step_tag
+from .preflight import check_data, check_run_dir as check_run_folder
 from .checkpoint import Checkpointer, check_checkpoint, check_rng, load_checkpoint, save_checkpoint
 from .tokenizer import get_tokenizer
 from .indexed import build_datasets, indexed_paths, load_blend
 from .jobs import allocation, launch_ranks, place, rank_entry, under_launcher
 
 # %% auto #0
-__all__ = ['STOP_SIGNAL', 'RESUMABLE_CHANGES', 'HUNG_FILE', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps',
-           'micro_batch_indices', 'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError',
-           'resume_checkpoint', 'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train',
-           'plot_training', 'check_run_dir', 'check_data', 'prepare_run', 'launch', 'requeue_after_hang',
-           'failure_message', 'fit_layout', 'log_layout_change', 'run_training', 'run_training_single', 'cli_parser',
-           'resume_config', 'cli_run', 'worker_main']
+__all__ = ['STOP_SIGNAL', 'HUNG_FILE', 'LAYOUTS', 'learning_rate', 'batch_size_at', 'plan_steps', 'micro_batch_indices',
+           'collate', 'batches', 'read_metrics', 'MetricsLog', 'TrainingError', 'resume_checkpoint',
+           'watch_stop_signal', 'stop_requested', 'save_and_stop', 'record_hosts', 'train', 'plot_training',
+           'check_run_dir', 'prepare_run', 'launch', 'requeue_after_hang', 'failure_message', 'fit_layout',
+           'log_layout_change', 'run_training', 'run_training_single', 'cli_parser', 'resume_config', 'cli_run',
+           'worker_main']
 
 # %% ../nbs/06_train.ipynb #646270fd
 def learning_rate(o: OptimConfig, tokens: float) -> float:
@@ -303,56 +304,14 @@ def plot_training(run_dir, path=None):
     return path
 
 # %% ../nbs/06_train.ipynb #a794ef07
-RESUMABLE_CHANGES = ("parallel.", "steps", "train_tokens", "log_interval", "eval_interval", "eval_batches", "save_interval",
-                     "out", "timeout_s", "max_nonfinite", "precision", "data.cache_dir", "keep_last", "compile",
-                     "async_checkpoint")
-
-def _flat(d, pre=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict): out.update(_flat(v, f"{pre}{k}."))
-        else: out[pre + k] = v
-    return out
-
-# %% ../nbs/06_train.ipynb #f1071b3c
 def check_run_dir(run_dir, cfg: RunConfig, resume: bool):
-    "Raise `ConfigError` if `run_dir` cannot take this run (another run there, nothing to resume, a changed recipe)."
-    run = Path(run_dir)
-    old = run / "config.json"
-    if resume:
-        if not old.exists():
-            raise ConfigError(f"--resume: {run} holds no run (no config.json); drop --resume to start a new run there")
-        before, now = _flat(json.loads(old.read_text())), _flat(to_dict(cfg))
-        changed = [k for k in now if before.get(k) != now[k] and not k.startswith(RESUMABLE_CHANGES)]
-        if changed:
-            raise ConfigError(f"--resume: {', '.join(f'{k} {before.get(k)!r} -> {now[k]!r}' for k in changed)} would change "
-                              f"the run in {run}; only the layout, length, intervals and precision may change on resume. "
-                              f"Start a new run with another --out")
-        ck = latest_checkpoint(run)
-        if ck is not None:
-            check_checkpoint(ck, cfg.model)                         # shapes match; reads only .metadata
-            check_rng(ck, cfg)                                      # same layout: every rank's random state is there
-        return
-    if old.exists() or (run / "checkpoints").exists() or (run / "metrics.jsonl").exists():
-        raise ConfigError(f"--out {run} holds another run; pass --resume to continue it, or choose a new --out")
-    if run.exists() and any(run.iterdir()):
-        raise ConfigError(f"--out {run} exists and is not empty; choose a new or empty folder for the run")
+    "Raise `ConfigError` if `run_dir` cannot take this run (`mtnlg.preflight.check_run_dir`), or its checkpoint this config."
+    check_run_folder(run_dir, cfg, resume)
+    ck = latest_checkpoint(run_dir) if resume else None
+    if ck is not None:
+        check_checkpoint(ck, cfg.model)                         # shapes match; reads only .metadata
+        check_rng(ck, cfg)                                      # same layout: every rank's random state is there
 
-# %% ../nbs/06_train.ipynb #9812b2dc
-def check_data(cfg: RunConfig):
-    "Raise `ConfigError` if the data path cannot be read (before any process starts)."
-    path, n = cfg.data.path, get_tokenizer(cfg.data.tokenizer).vocab_size
-    if n > cfg.model.vocab_size:
-        raise ConfigError(f"model.vocab_size: {cfg.model.vocab_size} is smaller than the {n} tokens of tokenizer "
-                          f"{cfg.data.tokenizer!r}; set vocab={n}")
-    if path == "mock": return
-    try:
-        if str(path).endswith((".json", ".yaml", ".yml")): load_blend(path)
-        else:
-            for f in indexed_paths(path):
-                if not f.exists(): raise DataError(f"{f} does not exist")
-    except (DataError, OSError) as e:
-        raise ConfigError(f"data.path {path}: {e}; pass 'mock', a .bin/.idx prefix or a blend spec (mtnlg data build)") from None
 
 # %% ../nbs/06_train.ipynb #8afe7305
 def prepare_run(cfg: RunConfig, run_dir, resume: bool = False) -> Path:
