@@ -1050,6 +1050,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '', 'doc_host': '', 'git_url
                                 'mtnlg.topology.init_distributed': ('topology.html#init_distributed', 'mtnlg/topology.py'),
                                 'mtnlg.topology.init_fake_world': ('topology.html#init_fake_world', 'mtnlg/topology.py'),
                                 'mtnlg.topology.is_verbose': ('topology.html#is_verbose', 'mtnlg/topology.py'),
+                                'mtnlg.topology.lazy_gloo_group': ('topology.html#lazy_gloo_group', 'mtnlg/topology.py'),
                                 'mtnlg.topology.parse_partition': ('topology.html#parse_partition', 'mtnlg/topology.py'),
                                 'mtnlg.topology.quiet_megatron': ('topology.html#quiet_megatron', 'mtnlg/topology.py'),
                                 'mtnlg.topology.seed_all': ('topology.html#seed_all', 'mtnlg/topology.py'),

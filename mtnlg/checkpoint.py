@@ -27,7 +27,7 @@ from .checkpoint_folders import (DIGESTS, CheckpointError, check_listed, checkpo
                                       check_free_space, disk_full,
                                       prune_checkpoints, read_through, reading, step_tag, verifiers)
 from . import patches
-from .topology import gather_waiting
+from .topology import gather_waiting, lazy_gloo_group
 from .plan import checkpoint_cost
 from .topology import seed_all
 
@@ -471,7 +471,7 @@ class Checkpointer:
         # the writers' own group: their collectives run beside training's (torch's async_save does the same)
         self.group = None
         if self.parallel and cfg.async_checkpoint:    # a stuck writer fails the job after cfg.timeout_s, as training
-            self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=cfg.timeout_s))
+            self.group = lazy_gloo_group(datetime.timedelta(seconds=cfg.timeout_s))
 
     def save(self, engine, state: dict) -> Path:
         "Checkpoint step `state['step']` (every rank calls this); its folder, complete unless async."

@@ -14,10 +14,11 @@ from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
-           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'is_verbose', 'quiet_megatron', 'parse_partition',
-           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
-           'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'broadcast_waiting', 'from_leader',
-           'gather_waiting', 'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'is_verbose', 'quiet_megatron',
+           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
+           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group',
+           'broadcast_waiting', 'from_leader', 'gather_waiting', 'init_distributed', 'seed_all', 'shutdown',
+           'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -264,6 +265,19 @@ class Heartbeat:
         try: self.store.add(f"mtnlg/beat/{self.rank}", ENDED)
         except Exception: pass                                  # the store ended first: nobody watches any more
 
+# %% ../nbs/02_topology.ipynb #9a1e0c32
+GLOO_LAZY_ENV = "TORCH_GLOO_LAZY_INIT"      # torch >= 2.7: a gloo group made while it is 1 connects pairs on first use
+
+def lazy_gloo_group(timeout: timedelta, ranks=None):
+    "A gloo group of `ranks` (every rank) whose pairs connect on first use, not as a full mesh when it is made."
+    saved = os.environ.get(GLOO_LAZY_ENV)
+    os.environ[GLOO_LAZY_ENV] = "1"
+    try: return dist.new_group(ranks=ranks, backend="gloo", timeout=timeout)
+    finally:
+        if saved is None: os.environ.pop(GLOO_LAZY_ENV)
+        else: os.environ[GLOO_LAZY_ENV] = saved
+
+
 # %% ../nbs/02_topology.ipynb #430088a7
 _WAIT_GROUP = None                 # every rank, gloo, timeout IDLE_LIMIT_S: waits on a rank that works alone
 _HEARTBEAT: Heartbeat | None = None
@@ -300,7 +314,7 @@ def _start_watch(topo: Topology, timeout_s: float):
     global _WAIT_GROUP, _HEARTBEAT
     env = os.environ
     if topo.world_size == 1 or dist.get_backend() == "fake" or "MASTER_PORT" not in env: return
-    _WAIT_GROUP = dist.new_group(backend="gloo", timeout=timedelta(seconds=IDLE_LIMIT_S))
+    _WAIT_GROUP = lazy_gloo_group(timedelta(seconds=IDLE_LIMIT_S))
     _HEARTBEAT = Heartbeat(topo.rank, topo.hosts, timeout_s, env.get("MASTER_ADDR", "127.0.0.1"),
                            int(env["MASTER_PORT"]))
     atexit.register(_stop_watch)                             # a rank that exits without `shutdown` ends cleanly
