@@ -12,12 +12,13 @@ from .placement import (PlanError, Cluster, CLUSTERS, get_cluster, ORDERS, rank_
 
 # %% auto #0
 __all__ = ['BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'REDUCE_BUCKET_ELEMENTS', 'DRY_RUN_CATEGORIES', 'CE_BLOCK_BYTES',
-           'VOCAB_ROWS', 'WHOLE_ON_EVERY_TP_RANK', 'PAPER_COMPUTE_FRACTION', 'PLAN_TOLERANCE', 'param_counts',
-           'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes', 'checkpoint_cost',
-           'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'check_counted', 'rank_model_states',
-           'pipeline_stats', 'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes', 'memory_per_gpu',
-           'flops_per_iteration', 'tflops_per_gpu', 'predict_time', 'calibrate', 'with_layout', 'check_layout',
-           'enumerate_layouts', 'evaluate', 'plan', 'cli_parser', 'config_of_args', 'cluster_of_args', 'cli_run']
+           'VOCAB_ROWS', 'WHOLE_ON_EVERY_TP_RANK', 'PAPER_COMPUTE_FRACTION', 'PLAN_TOLERANCE', 'PLAN_FLAGS',
+           'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
+           'checkpoint_cost', 'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'check_counted',
+           'rank_model_states', 'pipeline_stats', 'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes',
+           'memory_per_gpu', 'flops_per_iteration', 'tflops_per_gpu', 'predict_time', 'calibrate', 'with_layout',
+           'check_layout', 'enumerate_layouts', 'evaluate', 'plan', 'cli_parser', 'config_of_args', 'cluster_of_args',
+           'cli_run']
 
 # %% ../nbs/01_memory.ipynb #80e8c9f6
 def param_counts(m: ModelConfig, tp: int = 1) -> dict:
@@ -535,9 +536,13 @@ def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None
     return fit
 
 # %% ../nbs/01_memory.ipynb #1ade02d4
+# the settings the planner reads, as short flags (any other through --set; the training-only ones are not shown)
+PLAN_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "global_batch",
+              "precision", "checkpoint_activations", "zero"]
+
 def cli_parser(parser):
     "Add the `mtnlg plan` flags to an argparse `parser`."
-    add_config_args(parser)
+    add_config_args(parser, flags=PLAN_FLAGS)
     g = parser.add_argument_group("cluster")
     g.add_argument("--cluster", default="dgx-a100-80gb", choices=list(CLUSTERS), help="node type preset")
     g.add_argument("--nodes", type=int, default=None,
