@@ -118,7 +118,7 @@ VOCABULARY = {
     "--no-progress": ("train, eval, export, import-hf, job run",
                       "show no live progress (a progress bar, a notebook's cells echoed as they run)"),
     "--verbose": ("*", "also show library notices hidden by default"),
-    "--dry-run": ("job submit", "check and show what would run (the sbatch script), run nothing"),
+    "--dry-run": ("job submit", "check and show what would run (job submit: the sbatch script); run nothing"),
     # the run's configuration (mtnlg.config: a preset, a file, --set and one flag per common setting)
     "--preset": ("train, plan", "the preset configuration"),
     "--config": ("train, plan", "a YAML/JSON file over the preset"),

@@ -137,16 +137,16 @@ def check_counted(cfg: RunConfig):
     k = cfg.parallel.checkpoint_activations
     if k > 1:
         raise PlanError(f"parallel.checkpoint_activations={k}: the planner counts recompute of every block (1) or "
-                        f"none (0), not DeepSpeed's chunks of {k} blocks; use 0 or 1, or measure it: mtnlg plan --dry-run")
+                        f"none (0), not DeepSpeed's chunks of {k} blocks; use 0 or 1, or measure it: mtnlg plan --fake-run")
     if cfg.precision == "fp32" and cfg.parallel.zero_stage == 0:
         raise PlanError("precision=fp32 with parallel.zero_stage=0: the planner counts fp32 runs through DeepSpeed's "
-                        "ZeRO-1 optimizer only; set parallel.zero_stage=1, or measure it: mtnlg plan --dry-run")
+                        "ZeRO-1 optimizer only; set parallel.zero_stage=1, or measure it: mtnlg plan --fake-run")
     for path, want in _COUNTED_ONLY_AT:
         v = cfg
         for part in path.split("."): v = getattr(v, part)
         if v != want:
             raise PlanError(f"{path}={v!r}: the planner counts memory only at {want!r}; set {path}={want!r} to plan, "
-                            "or measure this layout with mtnlg plan --dry-run")
+                            "or measure this layout with mtnlg plan --fake-run")
 
 def _stage_parameters(cfg: RunConfig, stage: int) -> list[tuple[str, int]]:
     "(name, values on a TP rank) of a stage's parameters in the module's order: tied embedding, then the layers."
