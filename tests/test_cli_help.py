@@ -203,6 +203,27 @@ def test_old_names_run_end_to_end(tmp_path, capsys):
     assert "mtnlg import-hf: " in err and "no config.json" in err and "is now" not in err
     with pytest.raises(SystemExit): main(["data", "demo", "--help"])              # the alias has the same flags
     assert "--max-docs" in capsys.readouterr().out
+    # one vocabulary: plan's --dry-run (now --fake-run, a run on fake tensors) and --dry-steps reach the fake run
+    with pytest.raises(SystemExit) as e: main(["plan", "--dry-run", "--preset", "mtnlg-530b", "--dry-steps", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--dry-run is now --fake-run" in err and "--fake-steps: 0 is not a number" in err
+    assert main(["data", "tokenize", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "idx")]) == 2
+    err = capsys.readouterr().err
+    assert "--out is now --out-prefix" in err and "none.jsonl does not exist" in err
+
+
+def test_generate_old_names_write_the_file_and_print_nothing(tmp_path, tiny_hf, capsys):
+    "`generate --quiet --out FILE` (now `--no-print --out-file FILE`) writes the generations and prints none; "
+    "control: without --no-print they are printed."
+    argv = ["generate", "--hf-model", str(tiny_hf), "--prompt", "Hi", "--max-new-tokens", "2"]
+    assert main(argv + ["--quiet", "--out", str(tmp_path / "g.json")]) == 0
+    said = capsys.readouterr()
+    assert said.out == "" and "--quiet is now --no-print" in said.err and "--out is now --out-file" in said.err
+    assert json.loads((tmp_path / "g.json").read_text())[0]["prompt"] == "Hi"
+    assert main(argv + ["--out-file", str(tmp_path / "h.json")]) == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("Hi") and "is now" not in said.err
+    assert json.loads((tmp_path / "h.json").read_text()) == json.loads((tmp_path / "g.json").read_text())
 
 
 def test_step_with_an_hf_model_is_refused(tmp_path, capsys):
@@ -230,15 +251,23 @@ class Terminal(io.StringIO):
     def isatty(self): return True
 
 
-def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data):
-    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
-    "terminal, --no-progress, another rank."
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    "A one-layer transformers GPT-2 folder with the GPT-2 tokenizer's files."
     import shutil, torch
     from transformers import GPT2Config, GPT2LMHeadModel
     from mtnlg.tokenizer import gpt2_files
+    d = tmp_path_factory.mktemp("tiny") / "hf"
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(tmp_path / "hf")
-    for f in gpt2_files(): shutil.copy(f, tmp_path / "hf" / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(d)
+    for f in gpt2_files(): shutil.copy(f, d / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    return d
+
+
+def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data, tiny_hf):
+    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
+    "terminal, --no-progress, another rank."
+    (tmp_path / "hf").symlink_to(tiny_hf, target_is_directory=True)
     def stderr_of(*argv, terminal=True):
         err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
