@@ -136,7 +136,8 @@ VOCABULARY = {
     "--global-batch": ("train, plan", "sequences an optimizer step"),
     "--steps": ("train, demo", "optimizer steps of the training run"),
     "--seed": ("train, eval, generate, data build", "the seed of the command's random choices"),
-    "--precision": ("train, plan, eval, generate, export", "number format of the weights (and compute): fp32 or bf16"),
+    "--precision": ("train, plan, eval, generate, export",
+                    "number format of the weights (and compute): fp32 or bf16"),
     "--data": ("train", "the training data: 'mock', a PREFIX or a blend spec"),
     "--checkpoint-activations": ("train, plan", "activation checkpoint interval in layers"),
     "--zero": ("train, plan", "the ZeRO stage over data parallelism"),
@@ -257,7 +258,7 @@ def _commands(row: tuple) -> set:
     return {c.strip() for c in row[0].split(",")}
 
 def vocabulary_problems(parser, vocabulary: dict = VOCABULARY) -> list[str]:
-    "Where `parser`'s flags break the table: a flag missing, a second meaning, an alias naming no flag, a stale row."
+    "Where `parser`'s flags break the table: missing, a second meaning, an alias naming no flag, a stale row."
     out, kinds, used = [], {}, set()
     for cmd, a in _options(parser):
         for flag in (s for s in a.option_strings if s.startswith("--")):

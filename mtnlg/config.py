@@ -491,7 +491,7 @@ def field_docs() -> dict:
     return out
 
 def add_config_args(parser, preset="tiny", flags: list | None = None):
-    "Add the config flags (`--preset`, `--config`, `--set`, the short `flags`: default all) to an argparse `parser`."
+    "Add the config flags (`--preset`, `--config`, `--set`, the short `flags`, default all) to argparse `parser`."
     g = parser.add_argument_group("configuration")
     g.add_argument("--preset", default=None, help=f"one of: {', '.join(PRESETS)} (default: {preset})")
     parser.set_defaults(default_preset=preset)

@@ -279,11 +279,12 @@ def cli_parser(parser):
     P.cli_parser(parser)
     g = parser.add_argument_group("fake run: the layout's ranks built and stepped for real on fake tensors "
                                   "(mtnlg.dryrun)")
-    g.add_argument("--fake-run", action="store_true", help="run the layout's ranks on fake tensors, held against the plan")
+    g.add_argument("--fake-run", action="store_true",
+                   help="run the layout's ranks on fake tensors, held against the plan")
     g.add_argument("--ranks", default=None, help="comma-separated global ranks (default: TP 0, DP 0 of the first, "
                                                  "a middle and the last pipeline stage)")
     g.add_argument("--fake-steps", type=int, default=2, help="training steps of the fake run; the last one is "
-                                                             "measured (default 2: the first makes AdamW's moments)")
+                   "measured (default 2: the first makes AdamW's moments)")
     g.add_argument("--fake-full", action="store_true", help="run every micro-batch of the step (default: steps of 2 and "
                                                            "3 micro-batches, extrapolated to the real count)")
     g.add_argument("--micro-batches", type=int, default=None,

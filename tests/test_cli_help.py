@@ -114,7 +114,8 @@ def test_the_flags_choices_are_the_commands_own():
 
 def subparser(parser, *path):
     "The parser of the subcommand `path` (`'data', 'build'`) of `parser`."
-    for w in path: parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[w]
+    for w in path:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[w]
     return parser
 
 
@@ -160,7 +161,8 @@ RENAMED = [  # (old command line, the old flag, the parsed field, its value, the
     (["eval", "--hf-model", "m", "--data", "E"], "--data", "eval_dir", "E", "--eval-dir"),
     (["data", "curate", "s.txt", "--out", "o", "--tasks", "3"], "--tasks", "shards", 3, "--shards"),
     (["data", "curate", "s.txt", "--out", "o", "--split", "line"], "--split", "doc_split", "line", "--doc-split"),
-    (["export", "--checkpoint", "r", "--out", "o", "--dtype", "fp32"], "--dtype", "precision", "fp32", "--precision"),
+    (["export", "--checkpoint", "r", "--out", "o", "--dtype", "fp32"], "--dtype", "precision", "fp32",
+     "--precision"),
     (["export", "--import-hf", "H", "--out", "o"], "--import-hf", "import_hf", "H", "mtnlg import-hf"),
     (["demo", "--eval-limit", "7"], "--eval-limit", "limit", 7, "--limit"),
     # one vocabulary: --dry-run runs nothing, --no-progress silences progress, --out is the folder written
@@ -169,7 +171,8 @@ RENAMED = [  # (old command line, the old flag, the parsed field, its value, the
     (["plan", "--dry-full"], "--dry-full", "fake_full", True, "--fake-full"),
     (["job", "run", "nb.ipynb", "--quiet"], "--quiet", "no_progress", True, "--no-progress"),
     (["generate", "--hf-model", "m", "--prompt", "Hi", "--quiet"], "--quiet", "no_print", True, "--no-print"),
-    (["generate", "--hf-model", "m", "--prompt", "Hi", "--out", "g.json"], "--out", "out_file", "g.json", "--out-file"),
+    (["generate", "--hf-model", "m", "--prompt", "Hi", "--out", "g.json"], "--out", "out_file", "g.json",
+     "--out-file"),
     (["data", "tokenize", "a.jsonl", "--out", "idx/a"], "--out", "out_prefix", "idx/a", "--out-prefix"),
     (["data", "blend", "A=idx/a", "--out", "b.json"], "--out", "out_file", "b.json", "--out-file"),
 ]
@@ -264,7 +267,8 @@ def tiny_hf(tmp_path_factory):
     return d
 
 
-def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data, tiny_hf):
+def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data,
+                                                                        tiny_hf):
     "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
     "terminal, --no-progress, another rank."
     (tmp_path / "hf").symlink_to(tiny_hf, target_is_directory=True)
