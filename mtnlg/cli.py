@@ -4,7 +4,7 @@
 
 # %% ../nbs/90_cli.ipynb #b1eb51ae
 from __future__ import annotations
-import argparse, importlib, os, re, sys, warnings
+import argparse, importlib, json, os, re, sys, warnings
 from . import __version__
 from .config import ConfigError, to_dict
 from .flags import Renamed, with_defaults
@@ -97,6 +97,8 @@ def main(argv=None):
     if not args.command: ap.print_help(); return 0
     refused = checked(args)                          # before the command's module (and torch) is imported
     if refused: print(refused, file=sys.stderr); return 2
+    if getattr(args, "dry_run", False) and args.command == "train":   # checked and shown, torch never imported
+        print(json.dumps(args.run_config, indent=1)); return 0
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
         ap.exit(2, f"mtnlg {args.command}: not available in this build yet "
@@ -118,7 +120,8 @@ VOCABULARY = {
     "--no-progress": ("train, eval, export, import-hf, job run",
                       "show no live progress (a progress bar, a notebook's cells echoed as they run)"),
     "--verbose": ("*", "also show library notices hidden by default"),
-    "--dry-run": ("job submit", "check and show what would run (job submit: the sbatch script); run nothing"),
+    "--dry-run": ("train, job submit", "check and show what would run (train: the config; job submit: the sbatch "
+                                       "script); run nothing"),
     # the run's configuration (mtnlg.config: a preset, a file, --set and one flag per common setting)
     "--preset": ("train, plan", "the preset configuration"),
     "--config": ("train, plan", "a YAML/JSON file over the preset"),

@@ -120,6 +120,8 @@ def train_flags(parser):
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
                         "(at the same or a new tp/pp/dp layout)")
     progress_flag(parser)
+    parser.add_argument("--dry-run", action="store_true", help="check the run (its config, data, run folder and "
+                        "layout) and print the config it would train; train nothing, write nothing")
     parser.add_argument("--layout", choices=LAYOUTS, default="fit",
                         help="fit (default): the configured layout; resumed inside Slurm, the same tp x pp with dp "
                         "from the allocation. auto: the planner's best for the allocation. fixed: as configured")

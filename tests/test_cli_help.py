@@ -125,7 +125,7 @@ def test_every_flag_has_one_meaning_the_table_writes_down():
     ap = build_parser()
     assert vocabulary_problems(ap) == []
     assert {"--out", "--out-file", "--out-prefix", "--dry-run", "--fake-run", "--no-progress"} <= set(VOCABULARY)
-    assert VOCABULARY["--dry-run"][0] == "job submit" and VOCABULARY["--no-progress"][0].count(",") >= 4
+    assert VOCABULARY["--dry-run"][0] == "train, job submit" and VOCABULARY["--no-progress"][0].count(",") >= 4
     # controls, one command each: --dry-run meaning something else, a flag missing, a switch taking a value
     subparser(ap, "eval").add_argument("--dry-run", action="store_true", help="load the model, score nothing")
     subparser(ap, "generate").add_argument("--quiet-please", action="store_true", help="not in the table")
@@ -142,6 +142,31 @@ def test_every_flag_has_one_meaning_the_table_writes_down():
     got = vocabulary_problems(ap, {**VOCABULARY, "--gone": ("eval", "a flag no command has")})
     assert got == ["mtnlg demo: --eval-shots is an old name of --shot-counts, which `mtnlg demo` does not have",
                    "the table lists --gone for eval, which do not have it"], got
+
+
+TRAIN_DRY_RUN = r'''
+import json, sys
+from mtnlg.cli import main
+rc = main(sys.argv[2:])
+print(json.dumps(dict(rc=rc, heavy=sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(","))))))
+'''
+
+
+def test_train_dry_run_checks_shows_and_runs_nothing(tmp_path):
+    "`mtnlg train --dry-run`: the preflight's checked config printed, no folder written, torch never imported; "
+    "controls: a bad setting is refused in one line, and a run folder holding another run is refused."
+    def dry(*argv):
+        p = subprocess.run([sys.executable, "-c", TRAIN_DRY_RUN, ",".join(HEAVY), "train", "--dry-run", *map(str, argv)],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        return json.loads(p.stdout.splitlines()[-1]), p.stdout, p.stderr
+    r, out, err = dry("--preset", "tiny", "--data", "mock", "--steps", 3, "--out", tmp_path / "run")
+    assert r == dict(rc=0, heavy=[]) and json.loads(out[:out.rindex("\n{")])["steps"] == 3, out + err
+    assert not (tmp_path / "run").exists()
+    r, out, err = dry("--preset", "tiny", "--heads", 5, "--out", tmp_path / "run")
+    assert r["rc"] == 2 and "5 heads do not divide" in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "old" / "checkpoints").mkdir(parents=True)
+    r, out, err = dry("--preset", "tiny", "--data", "mock", "--out", tmp_path / "old")
+    assert r["rc"] == 2 and "holds another run" in err, err
 
 
 def test_plan_help_shows_only_what_plan_uses():
