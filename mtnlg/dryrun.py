@@ -283,11 +283,11 @@ def cli_parser(parser):
                    help="run the layout's ranks on fake tensors, held against the plan")
     g.add_argument("--ranks", default=None, help="comma-separated global ranks (default: TP 0, DP 0 of the first, "
                                                  "a middle and the last pipeline stage)")
-    g.add_argument("--fake-steps", type=int, default=2, help="training steps of the fake run; the last one is "
+    g.add_argument("--fake-steps", type=int, default=2, metavar="N", help="training steps of the fake run; the last one is "
                    "measured (default 2: the first makes AdamW's moments)")
     g.add_argument("--fake-full", action="store_true", help="run every micro-batch of the step (default: steps of 2 and "
                                                            "3 micro-batches, extrapolated to the real count)")
-    g.add_argument("--micro-batches", type=int, default=None,
+    g.add_argument("--micro-batches", type=int, default=None, metavar="N",
                    help="micro-batches a step (default: the config's global batch / (micro-batch x dp))")
     return parser
 

@@ -106,11 +106,11 @@ def plan_flags(parser):
         renamed(parser, old, now, now[2:].replace("-", "_"), switch=True)
     renamed(parser, "--dry-steps", "--fake-steps", "fake_steps", type=int)
     g = parser.add_argument_group("checkpoint interval of the paper presets (mtnlg.resilience)")
-    g.add_argument("--storage-gbps", type=float, default=STORAGE_GB_PER_S,
+    g.add_argument("--storage-gbps", type=float, default=STORAGE_GB_PER_S, metavar="GBPS",
                    help="GB/s the filesystem writes, all ranks together (an assumed round figure)")
     g.add_argument("--node-failures-per-hour", type=float, default=NODE_FAILURES_PER_HOUR,
-                   help="failures of one node an hour (Llama 3: 419 in 54 days on 2,048 nodes)")
-    g.add_argument("--restart-s", type=float, default=RESTART_S,
+                   metavar="RATE", help="failures of one node an hour (Llama 3: 419 in 54 days on 2,048 nodes)")
+    g.add_argument("--restart-s", type=float, default=RESTART_S, metavar="SECONDS",
                    help="seconds from a failure to training again: requeue, start, load (assumed)")
     return parser
 

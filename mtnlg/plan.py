@@ -545,21 +545,21 @@ def cli_parser(parser):
     add_config_args(parser, flags=PLAN_FLAGS)
     g = parser.add_argument_group("cluster")
     g.add_argument("--cluster", default="dgx-a100-80gb", choices=list(CLUSTERS), help="node type preset")
-    g.add_argument("--nodes", type=int, default=None,
+    g.add_argument("--nodes", type=int, default=None, metavar="N",
                    help="node count (default: enough for the config's tp*pp*dp)")
-    g.add_argument("--gpus-per-node", type=int, default=None,
+    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                    help="GPUs per node (default: parallel.gpus_per_node)")
-    g.add_argument("--gpu-memory-gb", type=float, default=None,
+    g.add_argument("--gpu-memory-gb", type=float, default=None, metavar="GIB",
                    help="memory per GPU in GiB (default: the preset's 80)")
-    g.add_argument("--peak-tflops", type=float, default=None,
+    g.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
                    help="dense bf16 peak per GPU (default: the preset's)")
-    g.add_argument("--memory-reserve", type=float, default=None,
+    g.add_argument("--memory-reserve", type=float, default=None, metavar="FRACTION",
                    help="fraction of GPU memory kept back (default 0.1)")
     m = parser.add_argument_group("model of the run")
-    m.add_argument("--iteration-time", type=float, default=None,
+    m.add_argument("--iteration-time", type=float, default=None, metavar="SECONDS",
                    help="measured seconds per iteration -> achieved TFLOP/s per GPU (default: none, "
                         "predicted figures only)")
-    m.add_argument("--compute-fraction", type=float, default=None,
+    m.add_argument("--compute-fraction", type=float, default=None, metavar="FRACTION",
                    help="fraction of peak reached by compute (default "
                         f"{PAPER_COMPUTE_FRACTION}, fit to the paper)")
     m.add_argument("--recompute", choices=RECOMPUTE, default=None,
@@ -573,7 +573,7 @@ def cli_parser(parser):
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true",
                    help="print JSON (one object for a layout, a list for a ranking)")
-    o.add_argument("--top", type=int, default=10, help="ranked layouts to print (0: all)")
+    o.add_argument("--top", type=int, default=10, metavar="N", help="ranked layouts to print (0: all)")
     o.add_argument("--placement", action="store_true",
                    help="also print the rank placement table of the layout")
     return parser
