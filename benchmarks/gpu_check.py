@@ -16,7 +16,7 @@ what it finished; a failing check is recorded and the next one runs.
                gradient path, its control), HF eager, HF + torch.compile, megatron-core's GPT (CUDA events,
                median), the matmul peak in the same run, peak memory and the planner's prediction.
   memory       gpt3-1.3b's real step (`mtnlg train`, 4 micro-batches of 4, torch.cuda.max_memory_allocated) against
-               its dry run (`mtnlg plan --dry-run`, on this host's CPU) and the planner: within 5% is the goal.
+               its dry run (`mtnlg plan --fake-run`, on this host's CPU) and the planner: within 5% is the goal.
   scale        the largest gpt3-shaped model the planner fits on this GPU (activation checkpointing,
                micro-batch 1): a few steps of this project's step, its TFLOP/s, measured and predicted peak memory.
 
@@ -188,7 +188,7 @@ def memory(a, rep: Report, work: Path):
     real = max(r.get("mem_bytes", 0) for r in read_metrics(run))
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", DS_ACCELERATOR="cpu", OMP_NUM_THREADS="4")
     cmd = [sys.executable, "-c", "import sys; from mtnlg.cli import main; sys.exit(main(sys.argv[1:]))", "plan",
-           "--preset", "gpt3-1.3b", "--dry-run", "--json", "--ranks", "0", "--micro-batches", str(nmb)]
+           "--preset", "gpt3-1.3b", "--fake-run", "--json", "--ranks", "0", "--micro-batches", str(nmb)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.run_timeout)
     if p.returncode: return rep.record("memory", "gpt3-1.3b", False, error=p.stderr.strip()[-300:])
     dry = json.loads(p.stdout.strip().splitlines()[-1])

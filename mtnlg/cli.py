@@ -4,18 +4,19 @@
 
 # %% ../nbs/90_cli.ipynb #b1eb51ae
 from __future__ import annotations
-import argparse, importlib, os, re, sys, warnings
+import argparse, importlib, json, os, re, sys, warnings
 from . import __version__
 from .config import ConfigError, to_dict
-from .flags import with_defaults
+from .flags import Renamed, with_defaults
 
 # %% auto #0
-__all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'quiet_notices', 'build_parser', 'checked', 'main']
+__all__ = ['COMMANDS', 'NOTICES', 'VERBOSE_HELP', 'VOCABULARY', 'quiet_notices', 'build_parser', 'checked', 'main',
+           'vocabulary_problems', 'vocabulary_table']
 
 # %% ../nbs/90_cli.ipynb #460aa9c8
 COMMANDS = {
     "plan":   ("mtnlg.flags:plan_flags", "mtnlg.dryrun",
-               "memory, FLOPs and 3D-layout planning; --dry-run runs a layout's ranks on fake tensors"),
+               "memory, FLOPs and 3D-layout planning; --fake-run runs a layout's ranks on fake tensors"),
     "data":   ("mtnlg.flags:data_flags", "mtnlg.corpus", "curate, tokenize and blend a training corpus"),
     "train":  ("mtnlg.flags:train_flags", "mtnlg.train", "train with 3D parallelism (DeepSpeed + megatron-core)"),
     "eval":   ("mtnlg.flags:eval_flags", "mtnlg.eval", "zero/one/few-shot evaluation of a checkpoint or HF model"),
@@ -24,7 +25,7 @@ COMMANDS = {
                   "import a Hugging Face GPT-2 folder as a new run folder (its weights, at step 0)"),
     "generate": ("mtnlg.flags:generate_flags", "mtnlg.generate",
                  "generate text from a checkpoint or HF model (any TP x PP layout)"),
-    "job":    ("mtnlg.jobs:cli_parser", "mtnlg.jobs", "run notebooks with papermill, locally or as Slurm jobs"),
+    "job":    ("mtnlg.flags:job_flags", "mtnlg.jobs", "run notebooks with papermill, locally or as Slurm jobs"),
     "demo":   ("mtnlg.flags:demo_flags", "mtnlg.demo", "the whole pipeline end to end on the embedded default"),
 }
 
@@ -96,9 +97,199 @@ def main(argv=None):
     if not args.command: ap.print_help(); return 0
     refused = checked(args)                          # before the command's module (and torch) is imported
     if refused: print(refused, file=sys.stderr); return 2
+    if getattr(args, "dry_run", False) and args.command == "train":   # checked and shown, torch never imported
+        print(json.dumps(args.run_config, indent=1)); return 0
     m = _module(args.command)
     if m is None or not hasattr(m, "cli_run"):
         ap.exit(2, f"mtnlg {args.command}: not available in this build yet "
                    f"({COMMANDS[args.command][1]} is not built)\n")
     try: return m.cli_run(args) or 0
     except ConfigError as e: ap.exit(2, f"mtnlg {args.command}: bad configuration: {e}\n")
+
+# %% ../nbs/90_cli.ipynb #d4b2e6a7
+# flag -> (the commands that take it, its one meaning); "*": every command. A command's help adds its details.
+VOCABULARY = {
+    # what a command writes, and what it prints
+    "--out": ("train, eval, export, import-hf, data curate, demo",
+              "the folder the command writes (a run, results, an export), created if missing"),
+    "--out-file": ("generate, data blend", "the one file the command writes (generations, a blend spec)"),
+    "--out-prefix": ("data tokenize", "the dataset the command writes: PREFIX.bin and PREFIX.idx"),
+    "--plot": ("data stats", "a PNG chart to write"),
+    "--json": ("plan, eval, generate", "print the results as JSON instead of text"),
+    "--no-print": ("generate", "print no results (they go to --out-file)"),
+    "--no-progress": ("train, eval, export, import-hf, job run",
+                      "show no live progress (a progress bar, a notebook's cells echoed as they run)"),
+    "--verbose": ("*", "also show library notices hidden by default"),
+    "--dry-run": ("train, job submit", "check and show what would run (train: the config; job submit: the sbatch "
+                                       "script); run nothing"),
+    # the run's configuration (mtnlg.config: a preset, a file, --set and one flag per common setting)
+    "--preset": ("train, plan", "the preset configuration"),
+    "--config": ("train, plan", "a YAML/JSON file over the preset"),
+    "--set": ("train, plan", "any setting, KEY=VALUE, repeatable"),
+    "--tp": ("train, plan, eval, generate", "tensor-parallel size of the layout"),
+    "--pp": ("train, plan, eval, generate", "pipeline stages of the layout"),
+    "--dp": ("train, plan, eval", "data-parallel replicas of the layout"),
+    "--micro-batch": ("train, plan", "sequences a GPU takes per micro-step"),
+    "--layers": ("train, plan", "transformer blocks"),
+    "--hidden": ("train, plan", "the model's width"),
+    "--heads": ("train, plan", "attention heads"),
+    "--seq": ("train, plan, data build", "tokens a sample (the sequence length)"),
+    "--vocab": ("train, plan", "the tokenizer's vocabulary size"),
+    "--lr": ("train", "peak learning rate"),
+    "--global-batch": ("train, plan", "sequences an optimizer step"),
+    "--steps": ("train, demo", "optimizer steps of the training run"),
+    "--seed": ("train, eval, generate, data build", "the seed of the command's random choices"),
+    "--precision": ("train, plan, eval, generate, export",
+                    "number format of the weights (and compute): fp32 or bf16"),
+    "--data": ("train", "the training data: 'mock', a PREFIX or a blend spec"),
+    "--checkpoint-activations": ("train, plan", "activation checkpoint interval in layers"),
+    "--zero": ("train, plan", "the ZeRO stage over data parallelism"),
+    "--save-interval": ("train", "steps between checkpoints"),
+    "--eval-interval": ("train", "steps between validation losses"),
+    "--timeout-s": ("train", "seconds a collective waits for a stuck rank"),
+    "--keep-last": ("train", "complete checkpoints kept"),
+    "--resume": ("train", "continue the run in --out from its latest checkpoint"),
+    "--layout": ("train", "how the layout is chosen: fit, auto or fixed"),
+    # the model a command reads
+    "--checkpoint": ("eval, generate, export", "a run folder of `mtnlg train`, or one of its checkpoints"),
+    "--hf-model": ("eval, generate", "a Hugging Face GPT-2 folder instead of a run"),
+    "--step": ("eval, generate, export", "the run's checkpoint of this step"),
+    "--batch-size": ("eval, generate", "sequences of one forward pass"),
+    # evaluation
+    "--eval-dir": ("eval, data curate, data demo-corpus", "the folder of evaluation data (official layouts)"),
+    "--tasks": ("eval, demo", "comma-separated evaluation tasks"),
+    "--shots": ("eval, demo", "comma-separated shot counts"),
+    "--limit": ("eval, demo", "first N documents of each evaluation task"),
+    "--log-samples": ("eval", "keep every request's log-likelihood in the results"),
+    # generation
+    "--prompt": ("generate", "the text to continue"),
+    "--prompts": ("generate", "a file of prompts"),
+    "--max-new-tokens": ("generate", "tokens to generate"),
+    "--sample": ("generate", "sample instead of greedy decoding"),
+    "--temperature": ("generate", "sampling temperature"),
+    "--top-k": ("generate", "sample among the k most likely tokens"),
+    "--top-p": ("generate", "nucleus sampling mass"),
+    "--stop": ("generate", "a stop string, repeatable"),
+    "--per-row": ("generate", "decode each prompt alone"),
+    "--no-stop-at-eod": ("generate", "keep going past the end-of-document token"),
+    "--truncate": ("generate", "what to do with a prompt too long for the context"),
+    "--in-flight": ("generate", "batches in the pipeline at once"),
+    "--no-cache": ("generate", "no KV cache"),
+    "--format": ("export", "the export format"),
+    # the corpus
+    "--sources": ("demo, data demo-corpus", "the demo's corpus"),
+    "--cache-dir": ("data build, data demo-corpus", "the folder of caches the command may reuse"),
+    "--max-docs": ("data demo-corpus", "documents at most from each source"),
+    "--max-bytes": ("data demo-corpus", "bytes of text at most from each source"),
+    "--min-chars": ("data curate", "drop documents shorter than this"),
+    "--key-threshold": ("data curate", "decontamination: n-grams hit this often are not used"),
+    "--quality-good": ("data curate", "sources of the quality classifier's 'high quality' examples"),
+    "--quality-web": ("data curate", "sources of the quality classifier's 'web' examples"),
+    "--quality-threshold": ("data curate", "the quality score a document keeps at"),
+    "--quality-pareto-alpha": ("data curate", "keep by GPT-3's pareto rule instead of the threshold"),
+    "--quality-max-docs": ("data curate", "texts a class at most to train the classifier on"),
+    "--doc-split": ("data curate", "what one document of plain text is: a file, a line or a paragraph"),
+    "--on-error": ("data curate, data tokenize", "what a bad input does: error, skip or replace"),
+    "--executor": ("data curate", "where the datatrove stages run"),
+    "--shards": ("data curate", "shards of each per-document stage"),
+    "--workers": ("data curate, data tokenize", "local worker processes"),
+    "--partition": ("data curate, job submit", "the Slurm partition"),
+    "--time": ("data curate, job submit", "the Slurm time limit"),
+    "--tokenizer": ("data curate, data tokenize", "'gpt2' or a sentencepiece .model"),
+    "--unit-mb": ("data curate", "a file larger than this (MiB) is read as parts"),
+    "--text-key": ("data tokenize", "the jsonl field of a document's text"),
+    "--samples": ("data build", "samples of train, valid, test"),
+    "--split": ("data build", "train, valid, test weights of the documents (Megatron style)"),
+    "--weights": ("data blend", "the blend's weights"),
+    "--budget": ("data blend, data stats", "training tokens, for the epochs column"),
+    "--fresh": ("demo", "delete --out first"),
+    # planning
+    "--cluster": ("plan", "the node type"),
+    "--nodes": ("plan, job submit", "nodes of the job"),
+    "--gpus-per-node": ("plan, job submit", "GPUs of each node"),
+    "--gpu-memory-gb": ("plan", "memory of one GPU"),
+    "--peak-tflops": ("plan", "dense bf16 peak of one GPU"),
+    "--memory-reserve": ("plan", "the fraction of GPU memory kept back"),
+    "--iteration-time": ("plan", "measured seconds an iteration"),
+    "--compute-fraction": ("plan", "the fraction of peak compute reaches"),
+    "--recompute": ("plan", "activation recompute"),
+    "--attention": ("plan", "the attention core"),
+    "--sequence-parallel": ("plan", "count activations with sequence parallelism"),
+    "--order": ("plan", "the rank order"),
+    "--top": ("plan", "ranked layouts to print"),
+    "--placement": ("plan", "also print the rank placement table"),
+    "--fake-run": ("plan", "run the layout's ranks on fake tensors, held against the plan"),
+    "--ranks": ("plan", "the global ranks of the fake run"),
+    "--fake-steps": ("plan", "training steps of the fake run"),
+    "--fake-full": ("plan", "the fake run runs every micro-batch"),
+    "--micro-batches": ("plan", "micro-batches a step of the fake run"),
+    "--storage-gbps": ("plan", "the filesystem's write speed, for the checkpoint interval"),
+    "--node-failures-per-hour": ("plan", "one node's failure rate, for the checkpoint interval"),
+    "--restart-s": ("plan", "seconds from a failure to training again, for the checkpoint interval"),
+    # jobs
+    "--parameter": ("job run, job submit", "a notebook parameter NAME VALUE"),
+    "--raw": ("job run, job submit", "a notebook parameter kept as a string"),
+    "--name": ("job run, job submit", "the run's name"),
+    "--runs-dir": ("job run, job submit", "the root of the run folders"),
+    "--run-dir": ("job run", "the exact run folder"),
+    "--kernel": ("job run, job submit", "the Jupyter kernel"),
+    "--account": ("job submit", "the Slurm account"),
+    "--cpus-per-task": ("job submit", "CPUs of the batch task"),
+    "--ntasks-per-node": ("job submit", "tasks of the allocation on each node"),
+    "--exclusive": ("job submit", "whole nodes"),
+    "--no-exclusive": ("job submit", "shared nodes"),
+    "--requeue": ("job submit", "requeue on preemption or time limit"),
+    "--requeue-grace": ("job submit", "seconds before the time limit to requeue"),
+    "--sbatch-arg": ("job submit", "an extra #SBATCH option"),
+    "--env-activate": ("job submit", "how the job activates its environment"),
+    "--wait": ("job status", "wait until the job ends"),
+    "--lines": ("job logs", "lines from the end of the log"),
+}
+
+# %% ../nbs/90_cli.ipynb #e5c3f7b8
+def _options(parser, path: str = ""):
+    "(command, action) of each option of `parser` and its subcommands, nested too (an aliased subcommand once)."
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in {id(s): (n, s) for n, s in reversed(a.choices.items())}.values():
+                yield from _options(sub, f"{path} {name}".strip())
+        elif a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction)):
+            yield path, a
+
+def _commands(row: tuple) -> set:
+    "The commands a row of `VOCABULARY` names ('*': every one)."
+    return {c.strip() for c in row[0].split(",")}
+
+def vocabulary_problems(parser, vocabulary: dict = VOCABULARY) -> list[str]:
+    "Where `parser`'s flags break the table: missing, a second meaning, an alias naming no flag, a stale row."
+    out, kinds, used = [], {}, set()
+    for cmd, a in _options(parser):
+        for flag in (s for s in a.option_strings if s.startswith("--")):
+            where = f"mtnlg {cmd}".strip() + f": {flag}"
+            if isinstance(a, Renamed):                                  # an old spelling: it names a flag here
+                if not (a.now.startswith("`mtnlg ") or any(a.now in b.option_strings and not isinstance(b, Renamed)
+                                                           for c, b in _options(parser) if c == cmd)):
+                    out.append(f"{where} is an old name of {a.now}, which `mtnlg {cmd}` does not have")
+                continue
+            used.add((flag, cmd))
+            row = vocabulary.get(flag)
+            if row is None: out.append(f"{where} is not in the vocabulary table (mtnlg.cli.VOCABULARY)"); continue
+            if "*" not in _commands(row) and cmd not in _commands(row):
+                out.append(f"{where}: the table gives it one meaning ({row[1]}) in {row[0]} only; name this one "
+                           "differently, or add the command to its row")
+            kind = "a switch" if a.nargs == 0 else "a value"
+            first = kinds.setdefault(flag, (kind, cmd))
+            if first[0] != kind: out.append(f"{where} takes {kind}, but {first[0]} in `mtnlg {first[1]}`".strip())
+    for flag, row in vocabulary.items():
+        missing = sorted(c for c in _commands(row) - {"*"} if (flag, c) not in used)
+        if missing: out.append(f"the table lists {flag} for {', '.join(missing)}, which do not have it")
+    return out
+
+def vocabulary_table(parser) -> str:
+    "The table as markdown: each flag, its meaning and its commands; then the old names and the flag each is now."
+    rows = ["| flag | meaning | commands |", "|---|---|---|"]
+    rows += [f"| `{f}` | {m} | {'every command' if c == '*' else c} |" for f, (c, m) in VOCABULARY.items()]
+    olds = sorted({(f"`{s}`", f"mtnlg {c}", a.now if a.now.startswith("`") else f"`{a.now}`")
+                   for c, a in _options(parser) if isinstance(a, Renamed) for s in a.option_strings})
+    rows += ["", "| old name | in | now |", "|---|---|---|"] + [f"| {o} | {c} | {n} |" for o, c, n in olds]
+    return "\n".join(rows)

@@ -490,8 +490,8 @@ def field_docs() -> dict:
             out[prefix[node.name] + a.target.id] = " ".join(comments[i] for i in range(a.lineno, end) if i in comments)
     return out
 
-def add_config_args(parser, preset="tiny"):
-    "Add the config flags (`--preset`, `--config`, `--set`, short flags) to an argparse `parser`."
+def add_config_args(parser, preset="tiny", flags: list | None = None):
+    "Add the config flags (`--preset`, `--config`, `--set`, the short `flags`, default all) to argparse `parser`."
     g = parser.add_argument_group("configuration")
     g.add_argument("--preset", default=None, help=f"one of: {', '.join(PRESETS)} (default: {preset})")
     parser.set_defaults(default_preset=preset)
@@ -499,7 +499,7 @@ def add_config_args(parser, preset="tiny"):
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any setting, e.g. model.hidden_size=128; repeatable (default: none)")
     paths, docs, base = field_paths(), field_docs(), to_dict(load_config(preset, validate=False))
-    for k in CLI_FLAGS:
+    for k in CLI_FLAGS if flags is None else flags:
         path = ALIASES.get(k, k)                           # = resolve_key(k), without a field_paths() a flag
         value = base
         for part in path.split("."): value = value[part]

@@ -508,7 +508,7 @@ def cli_run(args) -> int:
     try:
         if args.data_cmd == "curate": return _curate(args)
         elif args.data_cmd == "tokenize":
-            r = tokenize_to_indexed(args.inputs, args.out, args.tokenizer, args.workers,
+            r = tokenize_to_indexed(args.inputs, args.out_prefix, args.tokenizer, args.workers,
                                     text_key=args.text_key, on_error=args.on_error)
             print(json.dumps(r))
         elif args.data_cmd == "blend":
@@ -517,8 +517,8 @@ def cli_run(args) -> int:
                 name, sep, path = spec.partition("=")
                 if not sep: name, path = Path(spec).name, spec
                 pre[name] = path
-            df = make_blend(pre, args.out, args.weights, args.budget)
-            print(df.to_string(float_format=lambda x: f"{x:.4g}")); print(f"blend spec: {args.out}")
+            df = make_blend(pre, args.out_file, args.weights, args.budget)
+            print(df.to_string(float_format=lambda x: f"{x:.4g}")); print(f"blend spec: {args.out_file}")
         elif args.data_cmd == "build":
             sizes = tuple(int(x) for x in args.samples.split(","))
             dc = DataConfig(path=args.data, split=args.split, seed=args.seed, cache_dir=args.cache_dir)

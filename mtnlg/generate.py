@@ -529,7 +529,8 @@ def generate_run(source, prompts, tp: int = 1, pp: int = 1, sampling: Sampling |
             _write_prompts(Path(d) / "prompts.jsonl", prompts)
             argv = ["--checkpoint", str(source), "--prompts",
                     str(Path(d) / "prompts.jsonl"), "--tp", str(tp), "--pp", str(pp), "--batch-size",
-                    str(batch_size), "--precision", precision, "--out", str(Path(d) / "out.json"), "--quiet",
+                    str(batch_size), "--precision", precision, "--out-file", str(Path(d) / "out.json"),
+                    "--no-print",
                     *_sampling_argv(s)]
             argv += ([] if use_cache else ["--no-cache"]) + ([] if step is None else ["--step", str(step)])
             r = launch_ranks("mtnlg.generate", argv, place(tp, pp), capture_output=True, text=True)
@@ -589,7 +590,7 @@ def _cli_run(args) -> int:
         placement = place(args.tp, args.pp)                          # tp x pp ranks, TP inside a node, or refused
         return launch_ranks("mtnlg.generate", _rank_argv(args), placement).returncode
     gen = load_generator(args.checkpoint, args.tp, args.pp, args.precision, step=args.step)
-    show = gen.rank0 and not args.quiet and not args.json
+    show = gen.rank0 and not args.no_print and not args.json
     stream = (lambda piece: print(piece, end="", flush=True)) if show and len(prompts) == 1 else None
     if stream: print(prompts[0], end="", flush=True)
     out = gen.generate(prompts, s, not args.no_cache, on_text=stream, batch_size=args.batch_size,
@@ -598,9 +599,9 @@ def _cli_run(args) -> int:
         if stream: print()
         elif show:
             for i, g in enumerate(out): print(f"=== {i} [{g.finish}] ===\n{g.prompt}{g.text}")
-        if args.json and not args.quiet: print(json.dumps([asdict(g) for g in out], indent=1))
-        if args.out:
-            atomic_write_text(args.out, json.dumps([asdict(g) for g in out], indent=1))
+        if args.json and not args.no_print: print(json.dumps([asdict(g) for g in out], indent=1))
+        if args.out_file:
+            atomic_write_text(args.out_file, json.dumps([asdict(g) for g in out], indent=1))
     if parallel:
         shutdown()
     return 0
@@ -613,9 +614,9 @@ def _rank_argv(args) -> list[str]:
     argv += ["--step", str(args.step)] if args.step is not None else []
     argv += ["--prompt", args.prompt] if args.prompt is not None else ["--prompts", str(args.prompts)]
     argv += _sampling_argv(_cli_sampling(args))
-    for flag in ("no_cache", "json", "quiet"):
+    for flag in ("no_cache", "json", "no_print"):
         if getattr(args, flag): argv.append("--" + flag.replace("_", "-"))
-    return argv + (["--out", str(args.out)] if args.out else [])
+    return argv + (["--out-file", str(args.out_file)] if args.out_file else [])
 
 # %% ../nbs/13_generate.ipynb #e7234c0e
 def _rank_main() -> int:

@@ -575,7 +575,8 @@ def cli_parser(parser):
                                     "(11_train_job, 12_demo_report)"); _param_args(r)
     r.add_argument("--run-dir", default=None,
                    help="exact run directory (default: a new runs/<name>/<timestamp>)")
-    r.add_argument("--quiet", action="store_true", help="do not echo the notebook's output")
+    r.add_argument("--no-progress", action="store_true",
+                   help="show no live progress: the notebook's output is not echoed as it runs")
     s = sub.add_parser("submit", help="render an sbatch script that runs the notebook, and submit it")
     s.add_argument("notebook", help="the notebook the job executes with papermill: an .ipynb path, or a "
                                     "shipped one's name (11_train_job)"); _param_args(s)
@@ -598,7 +599,7 @@ def cli_parser(parser):
     s.add_argument("--sbatch-arg", action="append", default=[], help="extra #SBATCH option, e.g. --qos=high")
     s.add_argument("--env-activate", default=None,
                    help=f"one of {', '.join(ENV_ACTIVATE)} or a shell command (default: this venv)")
-    s.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    s.add_argument("--dry-run", action="store_true", help="check the job and print its script; submit nothing")
     st = sub.add_parser("status", help="squeue for your jobs, or one job's state")
     st.add_argument("job_id", nargs="?", help="a job id (default: all your jobs)")
     st.add_argument("--wait", action="store_true", help="wait until the job ends")
@@ -612,7 +613,7 @@ def _cli(args) -> int:
     c = args.job_command
     if c == "run":
         res = run_notebook(args.notebook, given_parameters(args), name=args.name, runs_root=args.runs_dir,
-                           run_dir=args.run_dir, kernel=args.kernel, echo=not args.quiet)
+                           run_dir=args.run_dir, kernel=args.kernel, echo=not args.no_progress)
         print(f"{'done' if res.ok else 'FAILED'}: {res.notebook} ({res.seconds}s)"
               + (f"\n{res.error}" if res.error else ""))
         return 0 if res.ok else 1

@@ -12,12 +12,13 @@ from .placement import (PlanError, Cluster, CLUSTERS, get_cluster, ORDERS, rank_
 
 # %% auto #0
 __all__ = ['BYTES_PER_PARAM', 'RECOMPUTE', 'ATTENTION', 'REDUCE_BUCKET_ELEMENTS', 'DRY_RUN_CATEGORIES', 'CE_BLOCK_BYTES',
-           'VOCAB_ROWS', 'WHOLE_ON_EVERY_TP_RANK', 'PAPER_COMPUTE_FRACTION', 'PLAN_TOLERANCE', 'param_counts',
-           'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes', 'checkpoint_cost',
-           'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'check_counted', 'rank_model_states',
-           'pipeline_stats', 'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes', 'memory_per_gpu',
-           'flops_per_iteration', 'tflops_per_gpu', 'predict_time', 'calibrate', 'with_layout', 'check_layout',
-           'enumerate_layouts', 'evaluate', 'plan', 'cli_parser', 'config_of_args', 'cluster_of_args', 'cli_run']
+           'VOCAB_ROWS', 'WHOLE_ON_EVERY_TP_RANK', 'PAPER_COMPUTE_FRACTION', 'PLAN_TOLERANCE', 'PLAN_FLAGS',
+           'param_counts', 'stage_layers', 'stage_params', 'bytes_per_parameter', 'model_state_bytes',
+           'checkpoint_cost', 'activation_bytes_per_layer', 'activation_checkpoint_bytes_total', 'check_counted',
+           'rank_model_states', 'pipeline_stats', 'rank_memory', 'step_comm_bytes', 'rank_checkpoint_bytes',
+           'memory_per_gpu', 'flops_per_iteration', 'tflops_per_gpu', 'predict_time', 'calibrate', 'with_layout',
+           'check_layout', 'enumerate_layouts', 'evaluate', 'plan', 'cli_parser', 'config_of_args', 'cluster_of_args',
+           'cli_run']
 
 # %% ../nbs/01_memory.ipynb #80e8c9f6
 def param_counts(m: ModelConfig, tp: int = 1) -> dict:
@@ -136,16 +137,16 @@ def check_counted(cfg: RunConfig):
     k = cfg.parallel.checkpoint_activations
     if k > 1:
         raise PlanError(f"parallel.checkpoint_activations={k}: the planner counts recompute of every block (1) or "
-                        f"none (0), not DeepSpeed's chunks of {k} blocks; use 0 or 1, or measure it: mtnlg plan --dry-run")
+                        f"none (0), not DeepSpeed's chunks of {k} blocks; use 0 or 1, or measure it: mtnlg plan --fake-run")
     if cfg.precision == "fp32" and cfg.parallel.zero_stage == 0:
         raise PlanError("precision=fp32 with parallel.zero_stage=0: the planner counts fp32 runs through DeepSpeed's "
-                        "ZeRO-1 optimizer only; set parallel.zero_stage=1, or measure it: mtnlg plan --dry-run")
+                        "ZeRO-1 optimizer only; set parallel.zero_stage=1, or measure it: mtnlg plan --fake-run")
     for path, want in _COUNTED_ONLY_AT:
         v = cfg
         for part in path.split("."): v = getattr(v, part)
         if v != want:
             raise PlanError(f"{path}={v!r}: the planner counts memory only at {want!r}; set {path}={want!r} to plan, "
-                            "or measure this layout with mtnlg plan --dry-run")
+                            "or measure this layout with mtnlg plan --fake-run")
 
 def _stage_parameters(cfg: RunConfig, stage: int) -> list[tuple[str, int]]:
     "(name, values on a TP rank) of a stage's parameters in the module's order: tied embedding, then the layers."
@@ -535,26 +536,30 @@ def plan(cfg: RunConfig, cluster: Cluster, tp: int | None = None, pp: int | None
     return fit
 
 # %% ../nbs/01_memory.ipynb #1ade02d4
+# the settings the planner reads, as short flags (any other through --set; the training-only ones are not shown)
+PLAN_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "global_batch",
+              "precision", "checkpoint_activations", "zero"]
+
 def cli_parser(parser):
     "Add the `mtnlg plan` flags to an argparse `parser`."
-    add_config_args(parser)
+    add_config_args(parser, flags=PLAN_FLAGS)
     g = parser.add_argument_group("cluster")
     g.add_argument("--cluster", default="dgx-a100-80gb", choices=list(CLUSTERS), help="node type preset")
-    g.add_argument("--nodes", type=int, default=None,
+    g.add_argument("--nodes", type=int, default=None, metavar="N",
                    help="node count (default: enough for the config's tp*pp*dp)")
-    g.add_argument("--gpus-per-node", type=int, default=None,
+    g.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
                    help="GPUs per node (default: parallel.gpus_per_node)")
-    g.add_argument("--gpu-memory-gb", type=float, default=None,
+    g.add_argument("--gpu-memory-gb", type=float, default=None, metavar="GIB",
                    help="memory per GPU in GiB (default: the preset's 80)")
-    g.add_argument("--peak-tflops", type=float, default=None,
+    g.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
                    help="dense bf16 peak per GPU (default: the preset's)")
-    g.add_argument("--memory-reserve", type=float, default=None,
+    g.add_argument("--memory-reserve", type=float, default=None, metavar="FRACTION",
                    help="fraction of GPU memory kept back (default 0.1)")
     m = parser.add_argument_group("model of the run")
-    m.add_argument("--iteration-time", type=float, default=None,
+    m.add_argument("--iteration-time", type=float, default=None, metavar="SECONDS",
                    help="measured seconds per iteration -> achieved TFLOP/s per GPU (default: none, "
                         "predicted figures only)")
-    m.add_argument("--compute-fraction", type=float, default=None,
+    m.add_argument("--compute-fraction", type=float, default=None, metavar="FRACTION",
                    help="fraction of peak reached by compute (default "
                         f"{PAPER_COMPUTE_FRACTION}, fit to the paper)")
     m.add_argument("--recompute", choices=RECOMPUTE, default=None,
@@ -568,7 +573,7 @@ def cli_parser(parser):
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true",
                    help="print JSON (one object for a layout, a list for a ranking)")
-    o.add_argument("--top", type=int, default=10, help="ranked layouts to print (0: all)")
+    o.add_argument("--top", type=int, default=10, metavar="N", help="ranked layouts to print (0: all)")
     o.add_argument("--placement", action="store_true",
                    help="also print the rank placement table of the layout")
     return parser

@@ -446,7 +446,7 @@ def init_fake_world(parallel: ParallelConfig, rank: int, run_cfg: RunConfig | No
         raise ConfigError(f"rank {rank} is outside the layout's {world} ranks (tp{parallel.tp} x pp{parallel.pp} "
                           f"x dp{parallel.dp}): use 0 to {world - 1}")
     if torch.cuda.is_available():
-        raise ConfigError("a fake world runs on the CPU: hide the GPUs (CUDA_VISIBLE_DEVICES= mtnlg plan --dry-run)")
+        raise ConfigError("a fake world runs on the CPU: hide the GPUs (CUDA_VISIBLE_DEVICES= mtnlg plan --fake-run)")
     if dist.is_initialized() or _TOPO is not None: shutdown()
     for k, v in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", rank % parallel.gpus_per_node)):
         if k not in os.environ: _ENV_SET.append(k)

@@ -5,7 +5,7 @@ flag names keep working and name the new one; `--step` with an HF model is refus
 import argparse, contextlib, io, json, subprocess, sys
 import pytest
 from conftest import ROOT
-from mtnlg.cli import COMMANDS, build_parser, main
+from mtnlg.cli import COMMANDS, VOCABULARY, build_parser, main, vocabulary_problems
 from mtnlg.flags import with_defaults
 
 HEAVY = ("torch", "deepspeed", "megatron", "lm_eval", "datatrove", "transformers")
@@ -112,22 +112,105 @@ def test_the_flags_choices_are_the_commands_own():
     assert flags.DEMO_TASKS == demo.DEMO_TASKS
 
 
-RENAMED = [  # (old command line, the parsed field, its value, the new name the note says)
-    (["eval", "--hf-model", "m", "--data", "E"], "eval_dir", "E", "--eval-dir"),
-    (["data", "curate", "s.txt", "--out", "o", "--tasks", "3"], "shards", 3, "--shards"),
-    (["data", "curate", "s.txt", "--out", "o", "--split", "line"], "doc_split", "line", "--doc-split"),
-    (["export", "--checkpoint", "r", "--out", "o", "--dtype", "fp32"], "precision", "fp32", "--precision"),
-    (["export", "--import-hf", "H", "--out", "o"], "import_hf", "H", "mtnlg import-hf"),
-    (["demo", "--eval-limit", "7"], "limit", 7, "--limit"),
+def subparser(parser, *path):
+    "The parser of the subcommand `path` (`'data', 'build'`) of `parser`."
+    for w in path:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[w]
+    return parser
+
+
+def test_every_flag_has_one_meaning_the_table_writes_down():
+    "Every option of every command, nested too, against `mtnlg.cli.VOCABULARY`: none missing, none with a second "
+    "meaning; every old name names a flag of its command. Controls: each kind of break is named."
+    ap = build_parser()
+    assert vocabulary_problems(ap) == []
+    assert {"--out", "--out-file", "--out-prefix", "--dry-run", "--fake-run", "--no-progress"} <= set(VOCABULARY)
+    assert VOCABULARY["--dry-run"][0] == "train, job submit" and VOCABULARY["--no-progress"][0].count(",") >= 4
+    # controls, one command each: --dry-run meaning something else, a flag missing, a switch taking a value
+    subparser(ap, "eval").add_argument("--dry-run", action="store_true", help="load the model, score nothing")
+    subparser(ap, "generate").add_argument("--quiet-please", action="store_true", help="not in the table")
+    subparser(ap, "data", "build").add_argument("--json", default="x", help="a value, where --json is a switch")
+    got = vocabulary_problems(ap)
+    assert any(p.startswith("mtnlg eval: --dry-run: the table gives it one meaning") for p in got), got
+    assert "mtnlg generate: --quiet-please is not in the vocabulary table (mtnlg.cli.VOCABULARY)" in got
+    assert any(p.startswith("mtnlg data build: --json takes a value, but a switch in `mtnlg ") for p in got)
+    assert len(got) == 4, got                              # the fourth: data build is not in --json's row
+    # a stale row and an old name that names nothing
+    from mtnlg.flags import renamed
+    ap = build_parser()
+    renamed(subparser(ap, "demo"), "--eval-shots", "--shot-counts", "shots")
+    got = vocabulary_problems(ap, {**VOCABULARY, "--gone": ("eval", "a flag no command has")})
+    assert got == ["mtnlg demo: --eval-shots is an old name of --shot-counts, which `mtnlg demo` does not have",
+                   "the table lists --gone for eval, which do not have it"], got
+
+
+TRAIN_DRY_RUN = r'''
+import json, sys
+from mtnlg.cli import main
+rc = main(sys.argv[2:])
+print(json.dumps(dict(rc=rc, heavy=sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(","))))))
+'''
+
+
+def test_train_dry_run_checks_shows_and_runs_nothing(tmp_path):
+    "`mtnlg train --dry-run`: the preflight's checked config printed, no folder written, torch never imported; "
+    "controls: a bad setting is refused in one line, and a run folder holding another run is refused."
+    def dry(*argv):
+        p = subprocess.run([sys.executable, "-c", TRAIN_DRY_RUN, ",".join(HEAVY), "train", "--dry-run", *map(str, argv)],
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        return json.loads(p.stdout.splitlines()[-1]), p.stdout, p.stderr
+    r, out, err = dry("--preset", "tiny", "--data", "mock", "--steps", 3, "--out", tmp_path / "run")
+    assert r == dict(rc=0, heavy=[]) and json.loads(out[:out.rindex("\n{")])["steps"] == 3, out + err
+    assert not (tmp_path / "run").exists()
+    r, out, err = dry("--preset", "tiny", "--heads", 5, "--out", tmp_path / "run")
+    assert r["rc"] == 2 and "5 heads do not divide" in err and len(err.strip().splitlines()) == 1, err
+    (tmp_path / "old" / "checkpoints").mkdir(parents=True)
+    r, out, err = dry("--preset", "tiny", "--data", "mock", "--out", tmp_path / "old")
+    assert r["rc"] == 2 and "holds another run" in err, err
+
+
+def test_plan_help_shows_only_what_plan_uses():
+    "`mtnlg plan --help`: the planner's settings, cluster and output, the fake run in its own group; none of the "
+    "training-only settings (still reachable through --set). Control: `mtnlg train --help` shows them."
+    plan, train = subparser(build_parser(), "plan").format_help(), subparser(build_parser(), "train").format_help()
+    training_only = ["--lr", "--steps", "--seed", "--data", "--out", "--save-interval", "--eval-interval",
+                     "--timeout-s", "--keep-last", "--resume", "--no-progress", "--layout"]
+    assert [f for f in training_only if f + " " in plan] == []
+    assert [f for f in training_only if f + " " not in train] == []
+    group = plan[plan.index("fake run: "):]
+    assert all(f in group for f in ("--fake-run", "--fake-steps", "--fake-full", "--ranks", "--micro-batches"))
+    assert "--dry-run" not in plan and "--tp" in plan and "--nodes" in plan
+
+
+RENAMED = [  # (old command line, the old flag, the parsed field, its value, the new name the note says)
+    (["eval", "--hf-model", "m", "--data", "E"], "--data", "eval_dir", "E", "--eval-dir"),
+    (["data", "curate", "s.txt", "--out", "o", "--tasks", "3"], "--tasks", "shards", 3, "--shards"),
+    (["data", "curate", "s.txt", "--out", "o", "--split", "line"], "--split", "doc_split", "line", "--doc-split"),
+    (["export", "--checkpoint", "r", "--out", "o", "--dtype", "fp32"], "--dtype", "precision", "fp32",
+     "--precision"),
+    (["export", "--import-hf", "H", "--out", "o"], "--import-hf", "import_hf", "H", "mtnlg import-hf"),
+    (["demo", "--eval-limit", "7"], "--eval-limit", "limit", 7, "--limit"),
+    # one vocabulary: --dry-run runs nothing, --no-progress silences progress, --out is the folder written
+    (["plan", "--dry-run"], "--dry-run", "fake_run", True, "--fake-run"),
+    (["plan", "--dry-steps", "3"], "--dry-steps", "fake_steps", 3, "--fake-steps"),
+    (["plan", "--dry-full"], "--dry-full", "fake_full", True, "--fake-full"),
+    (["job", "run", "nb.ipynb", "--quiet"], "--quiet", "no_progress", True, "--no-progress"),
+    (["generate", "--hf-model", "m", "--prompt", "Hi", "--quiet"], "--quiet", "no_print", True, "--no-print"),
+    (["generate", "--hf-model", "m", "--prompt", "Hi", "--out", "g.json"], "--out", "out_file", "g.json",
+     "--out-file"),
+    (["data", "tokenize", "a.jsonl", "--out", "idx/a"], "--out", "out_prefix", "idx/a", "--out-prefix"),
+    (["data", "blend", "A=idx/a", "--out", "b.json"], "--out", "out_file", "b.json", "--out-file"),
 ]
 
 
-@pytest.mark.parametrize("argv,field,value,now", RENAMED, ids=[" ".join(r[0][:2]) + " " + r[3] for r in RENAMED])
-def test_an_old_flag_still_works_and_names_the_new_one(argv, field, value, now):
+@pytest.mark.parametrize("argv,old,field,value,now", RENAMED,
+                         ids=[" ".join(r[0][:2]) + " " + r[1] for r in RENAMED])
+def test_an_old_flag_still_works_and_names_the_new_one(argv, old, field, value, now):
     err = io.StringIO()
     with contextlib.redirect_stderr(err): args = build_parser().parse_args(argv)
-    assert getattr(args, field) == value and now in err.getvalue(), err.getvalue()
-    new = [now if a == argv[-2] else a for a in argv] if now.startswith("--") else None
+    said = err.getvalue().strip().splitlines()
+    assert getattr(args, field) == value and len(said) == 1 and old in said[0] and now in said[0], said
+    new = [now if a == old else a for a in argv] if now.startswith("--") else None
     if new:                                                # control: the new name says nothing
         err = io.StringIO()
         with contextlib.redirect_stderr(err): args = build_parser().parse_args(new)
@@ -148,6 +231,27 @@ def test_old_names_run_end_to_end(tmp_path, capsys):
     assert "mtnlg import-hf: " in err and "no config.json" in err and "is now" not in err
     with pytest.raises(SystemExit): main(["data", "demo", "--help"])              # the alias has the same flags
     assert "--max-docs" in capsys.readouterr().out
+    # one vocabulary: plan's --dry-run (now --fake-run, a run on fake tensors) and --dry-steps reach the fake run
+    with pytest.raises(SystemExit) as e: main(["plan", "--dry-run", "--preset", "mtnlg-530b", "--dry-steps", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--dry-run is now --fake-run" in err and "--fake-steps: 0 is not a number" in err
+    assert main(["data", "tokenize", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "idx")]) == 2
+    err = capsys.readouterr().err
+    assert "--out is now --out-prefix" in err and "none.jsonl does not exist" in err
+
+
+def test_generate_old_names_write_the_file_and_print_nothing(tmp_path, tiny_hf, capsys):
+    "`generate --quiet --out FILE` (now `--no-print --out-file FILE`) writes the generations and prints none; "
+    "control: without --no-print they are printed."
+    argv = ["generate", "--hf-model", str(tiny_hf), "--prompt", "Hi", "--max-new-tokens", "2"]
+    assert main(argv + ["--quiet", "--out", str(tmp_path / "g.json")]) == 0
+    said = capsys.readouterr()
+    assert said.out == "" and "--quiet is now --no-print" in said.err and "--out is now --out-file" in said.err
+    assert json.loads((tmp_path / "g.json").read_text())[0]["prompt"] == "Hi"
+    assert main(argv + ["--out-file", str(tmp_path / "h.json")]) == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("Hi") and "is now" not in said.err
+    assert json.loads((tmp_path / "h.json").read_text()) == json.loads((tmp_path / "g.json").read_text())
 
 
 def test_step_with_an_hf_model_is_refused(tmp_path, capsys):
@@ -175,15 +279,24 @@ class Terminal(io.StringIO):
     def isatty(self): return True
 
 
-def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data):
-    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
-    "terminal, --no-progress, another rank."
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    "A one-layer transformers GPT-2 folder with the GPT-2 tokenizer's files."
     import shutil, torch
     from transformers import GPT2Config, GPT2LMHeadModel
     from mtnlg.tokenizer import gpt2_files
+    d = tmp_path_factory.mktemp("tiny") / "hf"
     torch.manual_seed(0)
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(tmp_path / "hf")
-    for f in gpt2_files(): shutil.copy(f, tmp_path / "hf" / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=128)).save_pretrained(d)
+    for f in gpt2_files(): shutil.copy(f, d / ("merges.txt" if f.name == "vocab.bpe" else "vocab.json"))
+    return d
+
+
+def test_progress_on_a_terminal_only_on_rank_0_and_off_with_no_progress(tmp_path, monkeypatch, fixture_data,
+                                                                        tiny_hf):
+    "`import-hf`, `export` and `eval` count what they finish on stderr when it is a terminal; controls: not a "
+    "terminal, --no-progress, another rank."
+    (tmp_path / "hf").symlink_to(tiny_hf, target_is_directory=True)
     def stderr_of(*argv, terminal=True):
         err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):

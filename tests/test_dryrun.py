@@ -11,9 +11,9 @@ MTNLG = str(Path(sys.executable).parent / "mtnlg")
 
 
 def plan_dry_run(*argv) -> list[dict]:
-    "`mtnlg plan --dry-run --json ...` in a process of its own: one object per rank."
+    "`mtnlg plan --fake-run --json ...` in a process of its own: one object per rank."
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run([MTNLG, "plan", "--dry-run", "--json", *argv], cwd=ROOT,
+    p = subprocess.run([MTNLG, "plan", "--fake-run", "--json", *argv], cwd=ROOT,
                        capture_output=True, text=True, env=env, timeout=1800)
     assert p.returncode == 0, p.stderr[-4000:]
     return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
@@ -86,11 +86,11 @@ def run_cli(*argv) -> tuple[int, str]:
     (["--preset", "mtnlg-530b", "--ranks", "first"], "is not a comma-separated list of ranks"),
     (["--preset", "mtnlg-530b", "--tp", "3"], "does not divide"),
     (["--preset", "mtnlg-999b"], "mtnlg-999b"),
-    (["--preset", "mtnlg-530b", "--dry-steps", "0"], "--dry-steps: 0 is not a number of steps"),
+    (["--preset", "mtnlg-530b", "--fake-steps", "0"], "--fake-steps: 0 is not a number of steps"),
     (["--preset", "mtnlg-530b", "--tp", "16"], "so TP groups stay inside a node"),      # as `mtnlg plan` refuses it
 ])
 def test_bad_input_is_one_line_before_any_rank_is_built(argv, says):
-    rc, err = run_cli("plan", "--dry-run", *argv)
+    rc, err = run_cli("plan", "--fake-run", *argv)
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
 
 
@@ -158,7 +158,7 @@ def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_ca
     for x in rows:
         cfg, r = config(x["draw"]), x["result"]
         if x["refused"]:
-            assert len(x["refused"].splitlines()) == 1 and "mtnlg plan --dry-run" in x["refused"], x
+            assert len(x["refused"].splitlines()) == 1 and "mtnlg plan --fake-run" in x["refused"], x
             continue
         got = held(P, cfg, r, new=True)
         assert not got, f"seed {SEED}, draw {x['index']} {x['draw']}: {got}"
@@ -216,17 +216,17 @@ print(json.dumps(dict(pairs=[[dict(f["measured"], peak=f["peak_bytes"], comm=f["
     for fast, full in got["pairs"]:
         assert fast["comm"] == full["comm"], (fast, full)
         assert all(abs(fast[k] - full[k]) <= 64 * 2 ** 10 for k in CATEGORIES + ("peak",)), (fast, full)
-    assert "did not grow linearly" in got["refused"] and "--dry-full" in got["refused"], got["refused"]
+    assert "did not grow linearly" in got["refused"] and "--fake-full" in got["refused"], got["refused"]
 
 
 @pytest.mark.slow
 def test_one_step_says_what_it_leaves_out_and_an_uncounted_setting_is_measured_without_a_plan():
-    "`--dry-steps 1` names the moments it leaves out; a recompute interval of 2 is measured, 'not planned' and why."
+    "`--fake-steps 1` names the moments it leaves out; a recompute interval of 2 is measured, 'not planned' and why."
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([MTNLG, "plan", "--dry-run", "--preset", "tiny", "--dry-steps", "1"], cwd=ROOT,
+    one = subprocess.run([MTNLG, "plan", "--fake-run", "--preset", "tiny", "--fake-steps", "1"], cwd=ROOT,
                          capture_output=True, text=True, env=env, timeout=900)
     assert one.returncode == 0 and "left out: one step" in one.stdout and "moments" in one.stdout, one.stderr[-2000:]
-    two = subprocess.run([MTNLG, "plan", "--dry-run", "--preset", "tiny", "--set", "precision=bf16", "--set",
+    two = subprocess.run([MTNLG, "plan", "--fake-run", "--preset", "tiny", "--set", "precision=bf16", "--set",
                           "parallel.checkpoint_activations=2"], cwd=ROOT, capture_output=True, text=True, env=env,
                          timeout=900)
     assert two.returncode == 0 and "not planned: parallel.checkpoint_activations=2" in two.stdout, two.stderr[-2000:]

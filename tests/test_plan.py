@@ -195,10 +195,10 @@ def test_tp_slice_matches_the_model_sharding(tp):
     (["parallel.partition_method=uniform"], "parallel.partition_method='uniform'"),
 ])
 def test_plan_refuses_in_one_line_what_it_does_not_count(sets, says, capsys):
-    "A setting whose memory the planner does not count: one line naming it and `--dry-run`, no number (exit 2)."
+    "A setting whose memory the planner does not count: one line naming it and `--fake-run`, no number (exit 2)."
     argv = ["--preset", "mtnlg-530b", "--tp", "8", "--pp", "35"] + [a for s in sets for a in ("--set", s)]
     rc, out, err = run_main(argv, capsys)
-    assert rc == 2 and says in err and "--dry-run" in err and len(err.strip().splitlines()) == 1 and out == "", err
+    assert rc == 2 and says in err and "--fake-run" in err and len(err.strip().splitlines()) == 1 and out == "", err
     rc, out, _ = run_main(["--preset", "mtnlg-530b", "--tp", "8", "--pp", "35"], capsys)   # the control: counted
     assert rc == 0 and "fits" in out
 
