@@ -53,10 +53,10 @@ def main():
         for mode in ("inline", "executor"):
             run = prepare_run(CurationRun(srcs, str(Path(d) / f"t{a.tasks}-{mode}"), tasks=a.tasks))
             t0 = time.time()
-            r = _child(run.out, mode)
+            r = _child(run.out, mode, 256)
             res = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {"error": r.stderr[-500:]}
             print(json.dumps({"tasks": a.tasks, "mode": mode, "limit": 256, "wall_s": round(time.time() - t0, 1)} | res))
-        r = _child(run.out, "old_merge")
+        r = _child(run.out, "old_merge", 256)
         print(json.dumps({"tasks": a.tasks, "mode": "old_merge", "limit": 256, "rc": r.returncode}
                          | json.loads(r.stdout.strip().splitlines()[-1])))
 

@@ -68,7 +68,10 @@ def _eval_stage(run: Path, out: Path, tasks, shots, eval_limit, eval_dir, log) -
 # %% ../nbs/10_demo.ipynb #f730916f
 def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, shots: str = "0,1,5",
              tasks: str = DEMO_TASKS, fresh: bool = False, report: bool = True, log=print,
-             sources: str = "pypi") -> dict:
+             sources: str = "pypi",
+             max_docs: int = 2000,         # at most this many documents from each source
+             max_bytes: int = 3_000_000,   # and this many bytes of text (a smaller corpus curates sooner)
+             ) -> dict:
     "Corpus of `sources` -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`."
     check_demo_sources(sources)                                                # the corpus's sources,
     report_nb = find_notebook(REPORT_NOTEBOOK)                                 # the report and
@@ -81,7 +84,8 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
     times, t_all = {}, time.time()
 
     t = _stage(1, 4, "corpus: fetch (cached), curate, decontaminate, tokenize with GPT-2 BPE, blend", log)
-    blend = prepare_demo_corpus(eval_dir=eval_dir, sources=sources, log=log)
+    blend = prepare_demo_corpus(eval_dir=eval_dir, sources=sources, max_docs=max_docs, max_bytes=max_bytes,
+                                log=log)
     times["corpus_s"] = round(time.time() - t, 1)
 
     cfg, run = demo_config(blend, steps), out / "train"
@@ -119,7 +123,8 @@ def cli_parser(parser):
 
 def cli_run(args) -> int:
     "`mtnlg demo`."
-    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh, sources=args.sources)
+    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh, sources=args.sources,
+                  max_docs=args.max_docs, max_bytes=args.max_bytes)
     except (EvalError, DataError, ConfigError, JobError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1

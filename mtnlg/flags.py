@@ -301,6 +301,9 @@ def demo_flags(parser):
     parser.add_argument("--tasks", default=DEMO_TASKS, help="comma-separated evaluation tasks")
     parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")
     sources_flag(parser)
+    parser.add_argument("--max-docs", type=int, default=2000, help="at most this many documents from each source")
+    parser.add_argument("--max-bytes", type=int, default=3_000_000, help="at most this many bytes of text from each "
+                        "source (a smaller corpus curates sooner)")
     return parser
 
 # %% ../nbs/89_flags.ipynb #b81d2c44

@@ -95,39 +95,45 @@ def _fds_corpus(root, data, books: int = 120, speeches: int = 10) -> list[Source
     return [Source("books", str(root / "books")), Source("speeches", str(root / "speeches"))]
 
 
-def _child(out, mode: str, limit: int = 256):
+# Many tasks under a low open-files limit: more tasks (each stage-1 shard 2 signature files) than the limit allows
+# open at once, each of the 130 documents in a task of its own; the ratio of 400 tasks under 256 (2/5 of each).
+TASKS, LIMIT = 160, 102
+
+
+def _child(out, mode: str, limit: int = LIMIT):
     "Run tests/curation_fds_worker.py under an open-files limit of `limit`."
     return subprocess.run([sys.executable, str(ROOT / "tests/curation_fds_worker.py"), str(out), mode, str(limit)],
                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def _run_400(tmp_path, data, mode: str):
-    "The corpus with tasks=2 (no limit) and tasks=400 in a child under 256 open files: (sources, child's result)."
+def _run_many(tmp_path, data, mode: str):
+    "The corpus with tasks=2 (no limit) and `TASKS` tasks in a child under `LIMIT` open files: (sources, the run)."
     srcs = _fds_corpus(tmp_path / "in", data)
     run_local(prepare_run(CurationRun(srcs, str(tmp_path / "t2"), tasks=2)), workers=1, log=None)
-    many = prepare_run(CurationRun(srcs, str(tmp_path / "t400"), tasks=400))
+    many = prepare_run(CurationRun(srcs, str(tmp_path / "many"), tasks=TASKS))
     t0 = time.time()
     r = _child(many.out, mode)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    print(f"\ntasks=400 ({mode}) under 256 open files: {res} ({time.time() - t0:.1f}s)")
+    print(f"\ntasks={TASKS} ({mode}) under {LIMIT} open files: {res} ({time.time() - t0:.1f}s)")
     assert max(res["open_files_max"].values()) <= 64          # a constant: one part, one band table... at a time
     for s in srcs:
         for f in (f"curated/{s.name}.jsonl", f"indexed/{s.name}.bin", f"indexed/{s.name}.idx"):
-            assert (tmp_path / "t400" / f).read_bytes() == (tmp_path / "t2" / f).read_bytes(), f
+            assert (tmp_path / "many" / f).read_bytes() == (tmp_path / "t2" / f).read_bytes(), f
     return srcs, many
 
 
-def test_400_tasks_under_256_open_files(tmp_path, fixture_data):
-    "tasks=400 under `ulimit -n 256`: the same output as tasks=2; opening every part of a source, as the old merge did, fails."
-    # datatrove's LocalPipelineExecutor with one worker: the 2,800 tasks one after another (~1 minute)
-    srcs, many = _run_400(tmp_path, fixture_data, "executor")
+def test_many_tasks_under_fewer_open_files(tmp_path, fixture_data):
+    "160 tasks under `ulimit -n 102`: the same output as tasks=2; opening every part of a source, as the old merge did, fails."
+    assert TASKS > LIMIT > 64 and TASKS > 130           # more shards than open files; each document its own task
+    # datatrove's LocalPipelineExecutor with one worker: every stage's tasks one after another
+    srcs, many = _run_many(tmp_path, fixture_data, "executor")
     # a bucket task maps at most 16 shards' signatures (2 files each): a bucket of the near copies spans more shards
-    buckets = [json.loads(f.read_text())["held"] for f in (tmp_path / "t400/stats/buckets").glob("*.json")]
+    buckets = [json.loads(f.read_text())["held"] for f in (tmp_path / "many/stats/buckets").glob("*.json")]
     assert max(h["minhash_max"] for h in buckets) > 16 and 16 < max(h["open_files_max"] for h in buckets) <= 48
-    rep = json.loads((tmp_path / "t400/report.json").read_text())["sources"]
+    rep = json.loads((tmp_path / "many/report.json").read_text())["sources"]
     assert (rep["books"]["exact_dups"], rep["books"]["fuzzy_dups"], rep["books"]["docs_out"]) == (10, 29, 81)
-    assert len(list((tmp_path / "t400/work/parts/books").glob("*.idx"))) == 81        # 81 parts: 81 tasks kept some
+    assert len(list((tmp_path / "many/work/parts/books").glob("*.idx"))) == 81        # 81 parts: 81 tasks kept some
     # positive control: the old merge's way (a source's parts all open: .bin and .idx maps and the jsonl) fails
     r = _child(many.out, "old_merge")
     assert r.returncode != 0 and "Too many open files" in r.stdout, r.stdout + r.stderr[-2000:]
