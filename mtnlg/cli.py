@@ -179,8 +179,8 @@ VOCABULARY = {
     # the corpus
     "--sources": ("demo, data demo-corpus", "the demo's corpus"),
     "--cache-dir": ("data build, data demo-corpus", "the folder of caches the command may reuse"),
-    "--max-docs": ("data demo-corpus", "documents at most from each source"),
-    "--max-bytes": ("data demo-corpus", "bytes of text at most from each source"),
+    "--max-docs": ("demo, data demo-corpus", "documents at most from each source"),
+    "--max-bytes": ("demo, data demo-corpus", "bytes of text at most from each source"),
     "--min-chars": ("data curate", "drop documents shorter than this"),
     "--key-threshold": ("data curate", "decontamination: n-grams hit this often are not used"),
     "--quality-good": ("data curate", "sources of the quality classifier's 'high quality' examples"),
