@@ -405,3 +405,37 @@ def test_every_time_claimed_for_the_demo_and_the_suite_is_the_recorded_one():
     assert len(wrong_claims(old, recorded)) == 1                       # control: the claim that disagreed is caught
     both = {"x": "`make demo` and `make test` take 8 minutes."}
     assert wrong_claims(both, recorded)[0].startswith("x: 8 min for ambiguous")
+
+# --- the studies' notebooks say at their top what their committed outputs can show --------------------------------
+STUDIES = ["07_eval", "13_generate", "14_samples", "15_bias", "16_icl"]
+PAPER_NAMES = {"LAMBADA": "lambada", "BoolQ": "boolq", "RACE-h": "race_h", "PIQA": "piqa", "HellaSwag": "hellaswag",
+               "WinoGrande": "winogrande", "ANLI R2": "anli_r2", "HANS": "hans", "WiC": "wic"}
+
+def paper_table_misses(markdown: str) -> list[str]:
+    "Cells of a '| task | 0-shot | 1-shot | few-shot |' table that are not MT-NLG's score in mtnlg.tasks (or blank)."
+    from mtnlg.tasks import TASKS
+    from mtnlg.results import paper_score
+    bad = []
+    for row in re.findall(r"(?m)^\| ([A-Za-z][\w -]*?) \|([^|\n]*)\|([^|\n]*)\|([^|\n]*)\|", markdown):
+        if row[0] not in PAPER_NAMES: continue
+        task = PAPER_NAMES[row[0]]
+        for word, cell in zip(("zero", "one", "few"), row[1:]):
+            want = paper_score(task, TASKS[task].headline, word)
+            got = float(cell) if cell.strip() else float("nan")
+            if not (got == want or (got != got and want != want)): bad.append(f"{row[0]} {word}: {got} (mtnlg: {want})")
+    return bad
+
+def test_each_study_says_what_model_its_outputs_come_from_and_how_to_run_it_for_real():
+    """The cell under each study's title names the random model its committed outputs come from, what they can and
+    cannot show and the command for a trained run; 07_eval's paper figures are mtnlg.tasks' (control: one changed)."""
+    for stem in STUDIES:
+        cells = json.loads((ROOT / "nbs" / f"{stem}.ipynb").read_text())["cells"]
+        top = "".join(cells[1]["source"])
+        assert cells[1]["cell_type"] == "markdown" and top.startswith("**What this page's outputs come from.**"), stem
+        words = " ".join(top.split())
+        assert "random weights" in words and ("cannot" in words or "nothing about" in words), stem
+        assert re.search(r"```sh\nmtnlg (eval|generate|job run) .*--checkpoint RUN_DIR|checkpoint RUN_DIR", top), stem
+        assert "2201.11990" in words or stem == "13_generate", stem           # where the paper gives the study's figures
+    top = "".join(json.loads((ROOT / "nbs" / "07_eval.ipynb").read_text())["cells"][1]["source"])
+    assert paper_table_misses(top) == [] and top.count("\n| ") >= 6
+    assert paper_table_misses(top.replace("| PIQA | 82.0 |", "| PIQA | 81.0 |")) == ["PIQA zero: 81.0 (mtnlg: 82.0)"]
