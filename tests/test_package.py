@@ -325,5 +325,19 @@ def installs_from_a_clone(venv: Path, clone: Path, env: dict):
     site = Path(p.stdout.split()[0]).parent
     assert site.is_relative_to(venv) and not site.is_relative_to(clone), p.stdout     # installed, not the clone's
     assert p.stdout.split()[1] == str(site / "notebooks" / "11_train_job.ipynb")
-    assert _run([venv / "bin" / "mtnlg", "--version"], cwd=venv, env=env).stdout.strip() == f"mtnlg {settings()['version']}"
+    version = _run([venv / "bin" / "mtnlg", "--version"], cwd=venv, env=env).stdout.strip()
+    assert version == f"mtnlg {settings()['version']}", version
     _run([py, "-m", "pip", "check"], cwd=venv, env=env)
+
+def test_readme_installs_the_library_the_way_the_wheel_test_does():
+    "The README's commands for the library alone are the ones tested above; it claims no index serves `mtnlg`."
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"### The library alone.*?```sh\n(.*?)```", readme, re.S)
+    assert block, "README: no 'The library alone' section with its commands"
+    commands = [l.split("#")[0].strip() for l in block.group(1).splitlines()]
+    torch = pins("cpu.txt")["torch"]                                # torch first, by exact version: the lock's
+    assert commands[1:] == [f"pip install torch=={torch}", "pip install .", "pip wheel --no-deps -w dist .",
+                            f"pip install dist/mtnlg-{settings()['version']}-py3-none-any.whl"], commands
+    claims = [l for l in readme.splitlines() if "pip install mtnlg" in l]
+    assert claims and all("no `pip install mtnlg`" in l for l in claims), claims     # said only as not served
+    assert {"build/", "dist/"} <= set((ROOT / ".gitignore").read_text().split())     # what the commands leave
