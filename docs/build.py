@@ -61,8 +61,6 @@ def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters
                 c.source += "\n" + "".join(f"\n{k} = {v!r}" for k, v in parameters.items())
     extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     env.update(IN_TEST="1", PYTHONHASHSEED="0", **extra)     # as nbdev's test runner; hashing (set order) fixed
-    # tqdm's advice in a kernel without ipywidgets (not in the pinned environment): its bars print as text
-    env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
     # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
     env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
     t = time.time()
@@ -348,9 +346,11 @@ def read_record() -> dict:
     return json.loads(OUTPUTS_RECORD.read_text()) if OUTPUTS_RECORD.exists() else {}
 
 def local_paths(text: str) -> str:
-    "Output text with this clone's and this user's folders as `<repo>` and `~`, this host as `<host>`."
-    import socket
+    """Output text with this clone's and this user's folders as `<repo>` and `~`, a temporary folder (its random name)
+    as `<tmp>`, this host as `<host>`."""
+    import socket, tempfile
     text = text.replace(str(ROOT), "<repo>").replace(str(Path.home()) + "/", "~/")
+    text = re.sub(rf"{re.escape(tempfile.gettempdir())}/[^/\s'\"():;,]+", "<tmp>", text)
     return re.sub(rf"(?<![\w.-]){re.escape(socket.gethostname())}(?![\w.-])", "<host>", text)
 
 def _norm(text: str) -> str:

@@ -232,7 +232,7 @@ PRESETS: dict[str, dict] = {
                  precision="fp32", steps=20),
     # `make demo`: the paper's recipe in miniature (warm-up, cosine, batch ramp-up 2 -> 4 -> 6) on 8 CPU processes;
     # a 768-token window, so 5-shot LAMBADA/PIQA/HellaSwag prompts fit whole; 100 steps, 407K tokens, sized to fit
-    # `make demo` in 12 minutes on 2 cores (benchmarks/demo_time.py)
+    # `make demo` on 2 cores (its time: benchmarks/timings.json; its stages: benchmarks/demo_time.py)
     "demo": dict(model=dict(num_layers=4, hidden_size=128, num_heads=4, seq_length=768, hidden_dropout=0.0,
                             attention_dropout=0.0),
                  parallel=dict(tp=2, pp=2, dp=2, micro_batch=1),

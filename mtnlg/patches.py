@@ -10,9 +10,9 @@ from typing import Callable
 from importlib.metadata import version as installed_version
 
 # %% auto #0
-__all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'Patch', 'unchecked_note', 'quiet_imports', 'loud_imports',
-           'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline', 'route_fp32_clipping',
-           'zero_ungraded', 'lean_bf16_grads', 'sync_free_bf16_step', 'reset_deepspeed_groups',
+__all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'TQDM_NOTICE', 'Patch', 'unchecked_note', 'quiet_imports',
+           'loud_imports', 'check_patches', 'relink_optimizer_state', 'hp_mapping', 'explicit_split_pipeline',
+           'route_fp32_clipping', 'zero_ungraded', 'lean_bf16_grads', 'sync_free_bf16_step', 'reset_deepspeed_groups',
            'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
            'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
            'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
@@ -71,12 +71,18 @@ def _base_version(v: str) -> str: return v.split("+")[0]
 # while it builds a task (the defaults it chose, where `--metadata` goes) and on sampling settings mtnlg normalises
 IMPORT_NOTICES = ["Transformer Engine and Apex are not installed"]
 IMPORT_LOGGERS = ["torch.utils.cpp_extension", "lm_eval.api.task", "lm_eval.models.utils"]
+# tqdm's advice in a Jupyter kernel without ipywidgets (a job's notebook, the demo's report): it shows text bars there
+# either way, so its choice is made once here, quietly, before transformers' or datasets' `tqdm.auto` makes it loudly
+TQDM_NOTICE = "IProgress not found"
 
 def quiet_imports(accelerator: bool = True):
     "From here on, hide the notices above unless $MTNLG_VERBOSE asks for every one (`accelerator`: imports torch)."
     if os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0"): return
     for m in IMPORT_NOTICES: warnings.filterwarnings("ignore", message=m, category=UserWarning)
     for name in IMPORT_LOGGERS: logging.getLogger(name).setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=TQDM_NOTICE)
+        import tqdm.autonotebook                      # noqa: F401 (text bars without ipywidgets; widgets with it)
     if not accelerator: return
     import torch
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available(): os.environ["DS_ACCELERATOR"] = "cpu"

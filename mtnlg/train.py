@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
+from tqdm import tqdm                     # text bar: drawn by rank 0 of a launch, in a log or a terminal
 from .config import (RunConfig, OptimConfig, ConfigError, DataError, load_config, save_config, to_dict,
                           add_config_args, config_from_args, atomic_path, atomic_write_text)
 from .plan import get_cluster, plan as plan_layouts, tflops_per_gpu, with_layout

@@ -354,3 +354,89 @@ def test_api_signatures_read_as_the_code_declares_them():
     from nbdev.showdoc import show_doc                                   # the controls: what the reference showed
     assert "VAR_POSITIONAL" in show_doc(ConfigError)._repr_markdown_()
     assert "cuBLASLt" not in show_doc(ParallelConfig)._repr_markdown_()
+
+# --- timing claims: one recorded figure each (benchmarks/timings.json, written by benchmarks/timings.py) ----------
+TIMINGS = ROOT / "benchmarks" / "timings.json"
+TIMED = {"make demo": "demo", "make test-fast": "test_fast", "make test": "test"}   # longest first: test-fast
+
+def timing_claims(text: str) -> list[tuple[str, int, str]]:
+    """(figure, minutes, sentence) for each "N min"/"N minutes" in a sentence of `text` naming one command of TIMED
+    (the figure `demo_fresh` when "fresh" follows the number); a sentence naming two commands: figure "ambiguous"."""
+    out = []
+    for sentence in re.split(r"(?<=[.;)])\s+(?=[A-Z`(])|\n\s*\n|\n(?=\S*make )", text):
+        named = {TIMED[c] for c in TIMED if re.search(re.escape(c) + r"(?![-\w])", sentence)}
+        for m in re.finditer(r"(\d+(?:\.\d+)?) (?:min|minutes)\b", sentence):
+            figure = named.pop() if len(named) == 1 else ("ambiguous" if named else None)
+            if figure: named.add(figure)
+            if figure == "demo" and "fresh" in sentence[m.end():m.end() + 15]: figure = "demo_fresh"
+            if figure: out.append((figure, float(m.group(1)), " ".join(sentence.split())[:160]))
+    return out
+
+def timing_sources() -> dict[str, str]:
+    "{where: text} of the README, its source notebook and every notebook's cells (sources, not outputs)."
+    texts = {"README.md": (ROOT / "README.md").read_text()}
+    for nb in sorted((ROOT / "nbs").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[f"nbs/{nb.name}"] = "\n\n".join("".join(c["source"]) for c in cells)
+    return texts
+
+def wrong_claims(texts: dict[str, str], recorded: dict) -> list[str]:
+    "Each claim that is not its recorded figure, in whole minutes (or names no single figure)."
+    bad = []
+    for where, text in texts.items():
+        for figure, minutes, sentence in timing_claims(text):
+            want = round(recorded[figure]["seconds"] / 60) if figure in recorded else None
+            if minutes != want: bad.append(f"{where}: {minutes:g} min for {figure} (recorded: {want}): {sentence}")
+    return bad
+
+def test_every_time_claimed_for_the_demo_and_the_suite_is_the_recorded_one():
+    """Every "N minutes" said of `make demo`, `make test` or `make test-fast` in the README and the notebooks is the
+    figure of benchmarks/timings.json, each written in benchmarks/RESULTS.md. Control: the old "12 minutes" claim."""
+    recorded = json.loads(TIMINGS.read_text())
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    assert set(recorded) == {"demo", "demo_fresh", "test", "test_fast"}
+    for figure, r in recorded.items():
+        assert f"{r['seconds']:g}" in results, f"{figure}: {r['seconds']:g} s is not in RESULTS.md ({r['source']})"
+    texts = timing_sources()
+    found = [c for t in texts.values() for c in timing_claims(t)]
+    assert {f for f, *_ in found} >= {"demo", "demo_fresh", "test", "test_fast"}, found     # the README's claims
+    assert wrong_claims(texts, recorded) == []
+    old = {"nbs/10_demo.ipynb": "These sizes keep `make demo` within 12 minutes on a 2-core machine (measured)."}
+    assert len(wrong_claims(old, recorded)) == 1                       # control: the claim that disagreed is caught
+    both = {"x": "`make demo` and `make test` take 8 minutes."}
+    assert wrong_claims(both, recorded)[0].startswith("x: 8 min for ambiguous")
+
+# --- the studies' notebooks say at their top what their committed outputs can show --------------------------------
+STUDIES = ["07_eval", "13_generate", "14_samples", "15_bias", "16_icl"]
+PAPER_NAMES = {"LAMBADA": "lambada", "BoolQ": "boolq", "RACE-h": "race_h", "PIQA": "piqa", "HellaSwag": "hellaswag",
+               "WinoGrande": "winogrande", "ANLI R2": "anli_r2", "HANS": "hans", "WiC": "wic"}
+
+def paper_table_misses(markdown: str) -> list[str]:
+    "Cells of a '| task | 0-shot | 1-shot | few-shot |' table that are not MT-NLG's score in mtnlg.tasks (or blank)."
+    from mtnlg.tasks import TASKS
+    from mtnlg.results import paper_score
+    bad = []
+    for row in re.findall(r"(?m)^\| ([A-Za-z][\w -]*?) \|([^|\n]*)\|([^|\n]*)\|([^|\n]*)\|", markdown):
+        if row[0] not in PAPER_NAMES: continue
+        task = PAPER_NAMES[row[0]]
+        for word, cell in zip(("zero", "one", "few"), row[1:]):
+            want = paper_score(task, TASKS[task].headline, word)
+            got = float(cell) if cell.strip() else float("nan")
+            same = got == want or (got != got and want != want)                 # both blank (NaN) counts as same
+            if not same: bad.append(f"{row[0]} {word}: {got} (mtnlg: {want})")
+    return bad
+
+def test_each_study_says_what_model_its_outputs_come_from_and_how_to_run_it_for_real():
+    """The cell under each study's title names the random model its committed outputs come from, what they can and
+    cannot show and the command for a trained run; 07_eval's paper figures are mtnlg.tasks' (control: one changed)."""
+    for stem in STUDIES:
+        cells = json.loads((ROOT / "nbs" / f"{stem}.ipynb").read_text())["cells"]
+        top = "".join(cells[1]["source"])
+        assert cells[1]["cell_type"] == "markdown" and top.startswith("**What this page's outputs come from.**"), stem
+        words = " ".join(top.split())
+        assert "random weights" in words and ("cannot" in words or "nothing about" in words), stem
+        assert re.search(r"```sh\nmtnlg (eval|generate|job run) .*--checkpoint RUN_DIR|checkpoint RUN_DIR", top), stem
+        assert "2201.11990" in words or stem == "13_generate", stem     # where the paper gives the study's figures
+    top = "".join(json.loads((ROOT / "nbs" / "07_eval.ipynb").read_text())["cells"][1]["source"])
+    assert paper_table_misses(top) == [] and top.count("\n| ") >= 6
+    assert paper_table_misses(top.replace("| PIQA | 82.0 |", "| PIQA | 81.0 |")) == ["PIQA zero: 81.0 (mtnlg: 82.0)"]

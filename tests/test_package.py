@@ -298,3 +298,46 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(fresh_venv, tmp_path, fixture_d
         _run([exe, "job", "run", "11_train_job", "--run-dir", "job", "--quiet", "-p", "overrides",
               '{"steps": 2, "data": "mock", "global_batch": 4}'], cwd=cwd, env=env, timeout=600)
         assert [m["step"] for m in map(json.loads, (cwd / "job/train/metrics.jsonl").read_text().splitlines())] == [1, 2]
+        executed = json.loads((cwd / "job" / "11_train_job.ipynb").read_text())
+        assert notices(executed) == [], notices(executed)       # the user's own run: as clean as the committed one
+        control = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stderr", "text":
+                   "tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets."}]}]}
+        assert notices(control) != []                           # control: the notice a kernel without ipywidgets got
+        installs_from_a_clone(fresh_venv, tmp_path / "clone", env)
+
+def notices(nb: dict) -> list[str]:
+    "The warnings and errors an executed notebook's outputs carry (stderr naming a warning, error outputs)."
+    outs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    text = lambda o: o["text"] if isinstance(o["text"], str) else "".join(o["text"])
+    return ([text(o) for o in outs if o["output_type"] == "stream" and o["name"] == "stderr"
+             and re.search("warning", text(o), re.I)] + [o["ename"] for o in outs if o["output_type"] == "error"])
+
+def installs_from_a_clone(venv: Path, clone: Path, env: dict):
+    "The README's install from a clone (`pip install .`): the tracked files only, as `git clone` gives them."
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, files.split("\0")):
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    py = venv / "bin" / "python"
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", "."], cwd=clone, env=env, timeout=900)
+    p = _run([py, "-c", FIND, "11_train_job"], cwd=venv, env=env)
+    site = Path(p.stdout.split()[0]).parent
+    assert site.is_relative_to(venv) and not site.is_relative_to(clone), p.stdout     # installed, not the clone's
+    assert p.stdout.split()[1] == str(site / "notebooks" / "11_train_job.ipynb")
+    version = _run([venv / "bin" / "mtnlg", "--version"], cwd=venv, env=env).stdout.strip()
+    assert version == f"mtnlg {settings()['version']}", version
+    _run([py, "-m", "pip", "check"], cwd=venv, env=env)
+
+def test_readme_installs_the_library_the_way_the_wheel_test_does():
+    "The README's commands for the library alone are the ones tested above; it claims no index serves `mtnlg`."
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"### The library alone.*?```sh\n(.*?)```", readme, re.S)
+    assert block, "README: no 'The library alone' section with its commands"
+    commands = [l.split("#")[0].strip() for l in block.group(1).splitlines()]
+    torch = pins("cpu.txt")["torch"]                                # torch first, by exact version: the lock's
+    assert commands[1:] == [f"pip install torch=={torch}", "pip install .", "pip wheel --no-deps -w dist .",
+                            f"pip install dist/mtnlg-{settings()['version']}-py3-none-any.whl"], commands
+    claims = [l for l in readme.splitlines() if "pip install mtnlg" in l]
+    assert claims and all("no `pip install mtnlg`" in l for l in claims), claims     # said only as not served
+    assert {"build/", "dist/"} <= set((ROOT / ".gitignore").read_text().split())     # what the commands leave
