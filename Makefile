@@ -44,8 +44,10 @@ $(STAMP): $(LOCK) setup.py settings.ini
 	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -r $(LOCK)
 	$(PY) -m pip install -qq --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name mtnlg --display-name "Python (mtnlg)" >/dev/null
-	@$(PY) -W ignore -c "import sys, torch, deepspeed, megatron.core, nbdev; print('== Python', sys.version.split()[0], '| torch', \
-	  torch.__version__, '| deepspeed', deepspeed.__version__, '| megatron-core', megatron.core.__version__, '| nbdev', nbdev.__version__)"
+	@# versions from the installed packages' metadata (megatron-core's own __version__ appends the git commit of the
+	@# folder it is asked from: this repository's, not its own)
+	@$(PY) -W ignore -c "import sys; from importlib.metadata import version as v; print('== Python', sys.version.split()[0], \
+	  *(f'| {n} {v(n)}' for n in ('torch', 'deepspeed', 'megatron-core', 'nbdev')))"
 	@touch $(STAMP)
 
 demo: $(STAMP)

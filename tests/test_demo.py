@@ -55,6 +55,8 @@ def test_short_demo_end_to_end(tmp_path, fixture_data):
     assert 0 < web["low_quality"] < web["scored"] and web["docs_out"] > 0      # the filter removes some, not all
     nb = json.loads((out / "12_demo_report.ipynb").read_text())
     assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    stderr = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not stderr, f"the user's demo report prints to stderr (a warning?): {stderr[:2]}"
     for png in ("blend", "curation", "memory", "training", "throughput", "eval"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 10_000, png
     # 3. a second run reuses every cache: no training, no evaluation
