@@ -188,7 +188,7 @@ def test_training_job_across_two_hosts_equals_the_one_host_run_and_resumes_after
     c.wait_until("step 3 of the first run", lambda: (run / "stalled-3").exists(), 900)
     assert latest_checkpoint(run).name == "step00000002" and c.job(job)["JobState"] == "RUNNING"
     (start,) = starts(run)
-    assert start["hosts"] == ["h1"] * 4 + ["h2"] * 4 and start["job"] == job   # 4 a host, whole TP groups each
+    assert start["hosts"] == ["h1"] * 4 + ["h2"] * 4 and (start["job"], start["restart"]) == (job, 0)   # 4 a host
     assert "ranks on 2 hosts: h1: ranks 0-3; h2: ranks 4-7" in job_log(rd, job)
     first_run = losses(run)
     assert sorted(first_run) == [1, 2, 3], first_run
