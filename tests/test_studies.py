@@ -1,7 +1,9 @@
-"""The in-context-learning and bias studies as a user schedules them (`mtnlg job run`, papermill parameters): ICL on
-every paper task (one process), on HellaSwag (its prompts read the `query` its process_docs builds) and RACE-h, and
-both studies on a TP2 x PP2 checkpoint, every section on the layout and equal to one process within a stated
-tolerance. Their default settings (PIQA, one process) run in tests/test_notebooks.py."""
+"""The in-context-learning and bias studies at the settings a user passes as papermill parameters: ICL on every paper
+task (one process), on HellaSwag (its prompts read the `query` its process_docs builds) and RACE-h, and both studies
+on a TP2 x PP2 checkpoint, every section on the layout and equal to one process within a stated tolerance. The
+TP2 x PP2 studies share one launch (tests/studies_worker.py lends the ranks to each study's notebook in turn; a
+session started from a papermill job runs in tests/test_jobs.py). Their default settings (PIQA, one process) run in
+tests/test_notebooks.py."""
 import json, os, subprocess, sys
 from pathlib import Path
 import numpy as np
@@ -9,30 +11,46 @@ import pandas as pd
 import pytest
 from conftest import ROOT, LAUNCHER_VARS
 
-pytestmark = pytest.mark.slow      # each study launches TP2 x PP2 ranks
-
-MTNLG = str(Path(sys.executable).parent / "mtnlg")
+pytestmark = pytest.mark.slow      # the studies launch TP2 x PP2 ranks
 
 
-def job_run(notebook: str, run_dir: Path, **params) -> Path:
-    "Run nbs/`notebook` with `params` through `mtnlg job run`; the executed notebook's folder."
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """tests/studies_worker.py: nbs/16_icl.ipynb on each of the nine paper tasks at limit 8 (one process, the fixtures
+    as data root), then the TP2 x PP2 studies on one launch; its output folder."""
+    out = tmp_path_factory.mktemp("studies")
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
-    flags = [a for k, v in params.items() for a in ("-p", k, str(v))]
-    p = subprocess.run([MTNLG, "job", "run", str(ROOT / "nbs" / notebook), *flags, "--run-dir", str(run_dir),
-                        "--quiet"], capture_output=True, text=True, env=env, timeout=1500)
-    assert p.returncode == 0, f"{notebook}: {p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    return run_dir
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "studies_worker.py"), str(out),
+                        str(ROOT / "tests" / "data" / "eval")], capture_output=True, text=True, env=env, timeout=2400,
+                       cwd=ROOT / "nbs")
+    assert p.returncode == 0, f"{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def icl_all(studies): return studies / "one"
+
+
+def test_the_studies_share_one_launch_and_end_it(studies, tmp_path):
+    """The three TP2 x PP2 studies ran on the one launch, each on the weights it made (the digests of its own tiny
+    model equal the ranks'), each closed its session, and the ranks ended cleanly. The control: other weights
+    (another seed) have other digests, so the lending check would refuse them."""
+    import studies_worker as W
+    from mtnlg.generate import demo_checkpoint
+    ranks = json.loads((studies / "tp2pp2" / "ranks.json").read_text())
+    assert [Path(s).parent.name for s in ranks["lent"]] == list(W.STUDIES) and ranks["closes"] == len(W.STUDIES)
+    assert ranks["launcher_exit"] == 0
+    assert all(W.weights(s) == W.weights(studies / "tp2pp2" / "tiny_run") for s in ranks["lent"])
+    assert W.weights(demo_checkpoint(tmp_path / "other", seed=1)) != W.weights(ranks["lent"][0])
 
 
 @pytest.mark.parametrize("task,metric", [("hellaswag", "acc_norm"), ("race_h", "acc_mutual_info")])
-def test_icl_at_tp2_pp2_as_one_process(tmp_path, icl_all, task, metric):
+def test_icl_at_tp2_pp2_as_one_process(studies, icl_all, task, metric):
     """Every experiment on the TP2 x PP2 ranks, started once (`mtnlg.session`): the shot counts' results written by
     them, and the study's numbers those of one process (`icl_all`, same model and settings): each document's
     log-likelihoods within 1e-4 (fp32, the layout's sums in another order: about 1e-5 here), so the same correct
     answers (no margin is that close), the same accuracies."""
-    out = tmp_path / "out"
-    job_run("16_icl.ipynb", tmp_path / "job", task=task, tp=2, pp=2, shots="0,1", limit=8, seeds="1,2",
-            max_orders=2, out_dir=out)
+    out = studies / "tp2pp2" / f"icl_{task}"
     shots = pd.read_csv(out / "shots.csv")
     assert shots.shots.tolist() == [0, 1] and (shots.n == 8).all() and (shots.metric == metric).all()
     for k in (0, 1):                                   # written by the TP2 x PP2 evaluation's ranks
@@ -52,25 +70,19 @@ def test_icl_at_tp2_pp2_as_one_process(tmp_path, icl_all, task, metric):
     assert (out / "icl.png").stat().st_size > 10_000
 
 
-def test_bias_at_tp2_pp2_as_promised_under_load(tmp_path):
-    """The promise 15_bias states, beside two busy processes: the TP2 x PP2 draw again (same seed, weights and layout,
-    another batch size: 1 against the study's 32) gives the same text; every section ran on the layout, and its numbers
-    are those of one process (the HF export of the same weights) within 1e-4: the next-word log ratios and the
-    continuations' log-probabilities (the texts may differ where a draw lands within float noise of a step)."""
-    from mtnlg.generate import Sampling
-    from mtnlg.session import Session
-    out = tmp_path / "out"
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        job_run("15_bias.ipynb", tmp_path / "job", tp=2, pp=2, samples=2, out_dir=out)
-        d = pd.read_csv(out / "continuations.csv", keep_default_na=False)
-        model, hf = d[d.model == "model"].reset_index(drop=True), d[d.model == "compare"].reset_index(drop=True)
-        s = Sampling(max_new_tokens=10, do_sample=True, temperature=1.0, top_p=0.9, seed=1234, per_row=True)
-        with Session(out / "tiny_run", tp=2, pp=2) as ranks:
-            again = ranks.generate_texts(list(model.prompt), s, batch_size=1)
-    finally:
-        for h in hogs: h.kill()
-    assert [g.text for g in again] == model.text.tolist()               # the same layout: the same text, exactly
+def test_bias_at_tp2_pp2_as_promised_under_load(studies):
+    """The promise 15_bias states: the TP2 x PP2 draw again on the same ranks, beside two busy processes (same seed,
+    weights and layout, another batch size: 1 against the study's 16) gives the same text; every section ran on the
+    layout, and its numbers are those of one process (the HF export of the same weights) within 1e-4: the next-word
+    log ratios and the continuations' log-probabilities (the texts may differ where a draw lands within float noise
+    of a step)."""
+    import studies_worker as W
+    out = studies / "tp2pp2" / "bias"
+    ranks = json.loads((studies / "tp2pp2" / "ranks.json").read_text())
+    d = pd.read_csv(out / "continuations.csv", keep_default_na=False)
+    model, hf = d[d.model == "model"].reset_index(drop=True), d[d.model == "compare"].reset_index(drop=True)
+    assert W.AGAIN == dict(max_new_tokens=10, do_sample=True, temperature=1.0, top_p=0.9, seed=1234, per_row=True)
+    assert ranks["study_batch"] == 16 and ranks["again"] == model.text.tolist()   # the same layout: the same text
     assert len(model) == len(hf) > 50 and (model.prompt == hf.prompt).all()
     assert model.text.nunique() > len(model) // 2                     # and the draws are not one repeated stream
     lp = pd.read_csv(out / "continuation_logprobs.csv", keep_default_na=False)
@@ -85,35 +97,6 @@ def test_bias_at_tp2_pp2_as_promised_under_load(tmp_path):
     assert set(sent.model) == {"model", "compare"} and ((shown.low <= shown["mean"]) & (shown["mean"] <= shown.high)).all()
     assert set(shown.interval) == {"cluster t"} and ((shown.low >= -1) & (shown.high <= 1)).all()   # in VADER's range
     assert sent[sent.interval == NO_SPREAD].low.isna().all()
-
-ICL_EACH = """
-import json, sys
-from pathlib import Path
-from execnb.nbio import read_nb
-from execnb.shell import CaptureShell
-nb_path, out, tasks = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
-for task in tasks:                                       # one process: the libraries load once for all nine
-    nb = read_nb(nb_path)
-    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
-    params.source += (f"\\ntask = {task!r}\\nlimit = 8\\nshots = '0,1'\\nmax_orders = 2\\n"
-                      f"out_dir = {str(out / task)!r}\\ndata = {str(Path(sys.argv[4]))!r}")
-    sh = CaptureShell(path=nb_path.parent)
-    sh.run_all(nb, exc_stop=True)
-    print("done", task, flush=True)
-"""
-
-
-@pytest.fixture(scope="module")
-def icl_all(tmp_path_factory):
-    "nbs/16_icl.ipynb on each of the nine paper tasks at limit 8, one process (the fixtures as data root)."
-    from mtnlg.tasks import PAPER_TASKS
-    out = tmp_path_factory.mktemp("icl_all")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-c", ICL_EACH, str(ROOT / "nbs" / "16_icl.ipynb"), str(out),
-                        ",".join(PAPER_TASKS), str(ROOT / "tests" / "data" / "eval")], capture_output=True, text=True,
-                       env=env, timeout=1500, cwd=ROOT / "nbs")
-    assert p.returncode == 0, f"{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
-    return out
 
 
 def test_icl_on_every_paper_task(icl_all):
