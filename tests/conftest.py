@@ -124,12 +124,13 @@ def pytest_xdist_node_collection_finished(node, ids):
 SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "multihost", "test_multihost": "multihost",
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
-# Seconds of pytest time each group took in the last measured `make test` (its "seconds per xdist group" lines): the
+# Seconds of pytest time each group takes in `make test` (estimates after the cuts of 2026-11-29; its "seconds per
+# xdist group" line measures them): the
 # Makefile passes --no-loadscope-reorder, so the workers take groups in this order, longest first, and end together
 # (xdist's own order is by number of tests: a long group of few tests started last made the suite wait on it alone).
-GROUP_SECONDS = {"multihost": 1100, "nbs": 900, "test_studies": 700, "test_checkpoint": 450, "test_eval": 350,
-                 "test_train": 350, "test_demo": 320, "slurm": 300, "test_curation_scale": 260, "test_alive": 250,
-                 "test_package": 230}
+GROUP_SECONDS = {"nbs": 900, "multihost": 800, "test_demo": 500, "test_eval": 350, "test_checkpoint": 350,
+                 "test_package": 330, "slurm": 300, "test_train": 300, "test_studies": 250, "test_cli_help": 200,
+                 "test_curation_scale": 160, "test_alive": 150, "test_generate": 150}
 
 def _group(item) -> str:
     "The xdist group of a collected test."
