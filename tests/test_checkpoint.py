@@ -1,12 +1,13 @@
 """Sharded, layout-free checkpoints (mtnlg.checkpoint) across real multi-process layouts.
 
-ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, the library's training path:
-TP2 x PP2 x DP2 fp32 (ZeRO-1) for 10 steps saving at 5, then resumes of its step-5 checkpoint at (1,1,1),
+ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, first (its processes still fresh)
+per-rank peak host memory of every phase, then the library's training path:
+TP2 x PP2 x DP2 fp32 (ZeRO-1) for 6 steps saving at 3, then resumes of its step-3 checkpoint at (1,1,1),
 (1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the
-checkpoint exactly (read back through DCP's own reader), then trains steps 6-10, whose losses must equal the
+checkpoint exactly (read back through DCP's own reader), then trains steps 4-6, whose losses must equal the
 original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at
 PP2 x DP2 with every fp32 master and Adam moment fragment exact.
-Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
+Megatron's dropout RNG rules at TP2. The memory phases, before any training: per-rank peak host memory of every
 phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
 largest tensor is 8x the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's
 reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
@@ -18,7 +19,7 @@ during an async save while training went on), each resumed exactly from the last
 bit-equal to sync ones; `mtnlg eval` reading a checkpoint while pruning runs. A SIGKILL of one rank of 8, the
 README's resume at a new layout, `mtnlg eval --tp 2` and `mtnlg export` are in tests/test_train.py.
 """
-import json, os, subprocess, sys, time
+import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
@@ -44,9 +45,12 @@ def corpus(tmp_path_factory, fixture_data):
     return str(d / "shakespeare")
 
 
+STEPS, SAVED = 6, 3         # each run's steps, and the step its resumes start from (3 steps each side of it)
+
+
 def _train_job(name, ranks, run, layout, corpus, **kw):
-    s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": 10,
-         "save_interval": 5, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
+    s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": STEPS,
+         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
     s.update(kw.pop("set", {}))
     return dict(name=name, kind="train", ranks=ranks, run=str(run), set=s, **kw)
 
@@ -61,21 +65,25 @@ RELAYOUT = dict(MEMORY, tp=1, pp=2, dp=4)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, corpus):
-    "The one 8-process launch; ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
+def launched(tmp_path_factory, corpus):
+    """The one 8-process launch: the memory phases first, while its processes are fresh (no `train()` has shaped their
+    heap), then the trainings and resumes; (results, {job: rank 0's result}, {job: [each rank's]}, runs folder)."""
     out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
+    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
+    relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
+                    **{"from": str(runs / "memory")})
     base = _train_job("base", [0, 8], runs / "base", (2, 2, 2), corpus)
     resumes = {n: _train_job(n, [0, l[0] * l[1] * l[2]], runs / n, l, corpus, resume=True, verify=True,
-                             copy=[str(runs / "base"), 5], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
+                             copy=[str(runs / "base"), SAVED], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
     bf16 = _train_job("bf16", [4, 4], runs / "bf16", (2, 1, 2), corpus, set=BF16)
     bf16_resume = _train_job("bf16_resume", [4, 4], runs / "bf16_resume", (2, 1, 2), corpus, set=BF16, resume=True,
-                             copy=[str(runs / "bf16"), 5])
+                             copy=[str(runs / "bf16"), SAVED])
     bf16_relayout = _train_job("bf16_relayout", [4, 4], runs / "bf16_relayout", (1, 2, 2), corpus, set=BF16,
-                               resume=True, verify=True, copy=[str(runs / "bf16"), 5])
+                               resume=True, verify=True, copy=[str(runs / "bf16"), SAVED])
     # phases do not wait for each other: a job reading another's run sits on the ranks that ran it, after it
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
-    plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
+    plan = [[memory], [relayout], [base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
             [resumes["r111"], dropout, bf16], [bf16_resume], [bf16_relayout]]
     p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
     res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
@@ -84,15 +92,15 @@ def results(tmp_path_factory, corpus):
 
 
 @pytest.fixture(scope="module")
-def memory(tmp_path_factory):
-    "A second 8-process launch, of fresh processes (no `train()` has shaped their heap): {job: [each rank's result]}."
-    out, runs = tmp_path_factory.mktemp("mem_out"), tmp_path_factory.mktemp("mem_runs")
-    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
-    relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
-                    **{"from": str(runs / "memory")})
-    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", [[memory], [relayout]], out, ports_per_job=2)
-    assert p.returncode == 0 and not got["errors"], "\n".join(got["errors"]) + p.stderr[-3000:]
-    return got["ranks"]
+def results(launched):
+    "The trainings and resumes: ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
+    return launched
+
+
+@pytest.fixture(scope="module")
+def memory(launched):
+    "The memory phases, in processes of their own launch before any training: {job: [each rank's result]}."
+    return launched[1]
 
 
 def _losses(run): return [r["loss"] for r in read_metrics(run)]
@@ -100,14 +108,14 @@ def _losses(run): return [r["loss"] for r in read_metrics(run)]
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_resume_at_new_layout_loads_exactly_and_trains_on(results, name):
-    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 5 losses match (1e-5)."
+    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 3 losses match (1e-5)."
     res, _, runs = results
-    assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == 5
+    assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == SAVED
     base, got = _losses(runs / "base"), _losses(runs / name)
-    assert len(base) == len(got) == 10 and got[:5] == base[:5]            # the log reads as one run
-    assert got[5:] == pytest.approx(base[5:], rel=1e-5), name
+    assert len(base) == len(got) == STEPS and got[:SAVED] == base[:SAVED]       # the log reads as one run
+    assert got[SAVED:] == pytest.approx(base[SAVED:], rel=1e-5), name
     state = json.loads((latest_checkpoint(runs / name) / "train_state.json").read_text())
-    assert [state["layout"][k] for k in ("tp", "pp", "dp")] == list(LAYOUTS[name]) and state["step"] == 10
+    assert [state["layout"][k] for k in ("tp", "pp", "dp")] == list(LAYOUTS[name]) and state["step"] == STEPS
 
 
 def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
@@ -123,19 +131,19 @@ def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
 
 
 def test_bf16_dropout_same_layout_resume_is_bit_exact(results):
-    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 6-10 equal the uninterrupted run exactly."
+    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 4-6 equal the uninterrupted run exactly."
     _, _, runs = results
     a, b = _losses(runs / "bf16"), _losses(runs / "bf16_resume")
-    assert len(a) == len(b) == 10 and b == a
+    assert len(a) == len(b) == STEPS and b == a
 
 
 def test_bf16_resume_at_new_layout_loads_masters_and_moments_exactly(results):
     "bf16 TP2 x DP2 -> PP2 x DP2: every fp32 master and Adam moment fragment equals the checkpoint; it trains on."
     res, _, runs = results
     r = res["bf16_relayout"]
-    assert r["verified_bad"] == [] and r["verified_pieces"] > 0 and r["loaded_step"] == 5
+    assert r["verified_bad"] == [] and r["verified_pieces"] > 0 and r["loaded_step"] == SAVED
     got, base = _losses(runs / "bf16_relayout"), _losses(runs / "bf16")
-    assert len(got) == 10 and got[:5] == base[:5] and all(x == x for x in got[5:])   # dropout masks follow the layout
+    assert len(got) == STEPS and got[:SAVED] == base[:SAVED] and all(x == x for x in got[SAVED:])   # masks: layout's
 
 
 def test_dropout_follows_megatrons_rng_rules(results):
@@ -227,15 +235,16 @@ def _folder_state(run, step=8) -> dict:
                 steps=[m["step"] for m in read_metrics(run)], losses=[m["loss"] for m in read_metrics(run)])
 
 
-KILLS = [("data", "8:1:data", []), ("metadata", "8:0:metadata", []), ("complete", "8:0:complete", []),
-         ("latest", "8:0:latest", []), ("async", "8:1:data", ["--steps", "12", "--set", "checkpoint.async=true"])]
+# the first kill comes after the step-8 save is complete: that launch is also the uninterrupted sync run (copied)
+KILLS = [("latest", "8:0:latest", []), ("data", "8:1:data", []), ("metadata", "8:0:metadata", []),
+         ("complete", "8:0:complete", []), ("async", "8:1:data", ["--steps", "12", "--set", "checkpoint.async=true"])]
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    "A sync and an async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save."
+    """An async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save; its first
+    launch, killed once its step-8 checkpoint was complete (only `latest` not moved), copied as the sync run."""
     root = tmp_path_factory.mktemp("small")
-    _mtnlg_train(root / "sync", "--steps", "8")
     _mtnlg_train(root / "async", "--steps", "8", "--set", "checkpoint.async=true",
                  # each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step, unless
                  # that step waits for it (as it must)
@@ -246,6 +255,7 @@ def small_runs(tmp_path_factory):
         p = _mtnlg_train(run, *resume, *args, check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill,
                                                                 "MTNLG_INJECT_HOLD_WRITE": "2"})
         seen[point] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+        if not i: shutil.copytree(run, root / "sync")          # steps 1-8 uninterrupted, saves at 4 and 8 complete
     p = _mtnlg_train(run, "--resume", "--steps", "8", "--set", "checkpoint.async=false")
     seen["final"] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
     return root, seen
