@@ -67,7 +67,7 @@ RELAYOUT = dict(MEMORY, tp=1, pp=2, dp=4)
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, corpus):
     """The one 8-process launch: the memory phases first, while its processes are fresh (no `train()` has shaped their
-    heap), then the trainings and resumes; (results, {job: rank 0's result}, {job: [each rank's]}, runs folder)."""
+    heap), then the trainings and resumes: ({job: rank 0's result}, {job: [each rank's result]}, runs folder)."""
     out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
     memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
     relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
@@ -85,7 +85,7 @@ def launched(tmp_path_factory, corpus):
                                                                        "model.attention_dropout": 0.5})
     plan = [[memory], [relayout], [base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
             [resumes["r111"], dropout, bf16], [bf16_resume], [bf16_relayout]]
-    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2, timeout=1800)
     res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
     assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
     return res, per_rank, runs
