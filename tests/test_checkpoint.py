@@ -13,9 +13,10 @@ largest tensor is 8x the allowance, the bytes a load at a new layout reads again
 reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
 of the checkpoint, where one rank hashing every file is the control).
 
-Then `mtnlg train` as users run it, on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (a data file half
-written; every data file but no `.metadata`; `.metadata` but no `COMPLETE`; `COMPLETE` but the old `latest`;
-during an async save while training went on), each resumed exactly from the last committed checkpoint; async saves
+Then training on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (`COMPLETE` but the old `latest`, in
+`mtnlg train` as users run it; a data file half written; every data file but no `.metadata`; `.metadata` but no
+`COMPLETE`; during an async save while training went on: resumes forked from one process, tests/kill_worker.py),
+each resumed exactly from the last committed checkpoint (the last resume: `mtnlg train --resume`); async saves
 bit-equal to sync ones; `mtnlg eval` reading a checkpoint while pruning runs. A SIGKILL of one rank of 8, the
 README's resume at a new layout, `mtnlg eval --tp 2` and `mtnlg export` are in tests/test_train.py.
 """
@@ -30,6 +31,7 @@ from mtnlg.checkpoint_folders import latest_checkpoint
 from mtnlg import indexed as IX
 from conftest import ROOT
 from subworld import launch
+from kill_worker import folder_state
 
 pytestmark = pytest.mark.slow      # 8-process training launches
 
@@ -227,37 +229,39 @@ def _mtnlg_train(run, *args, env=None, check=True):
     return p
 
 
-def _folder_state(run, step=8) -> dict:
-    "What a run's checkpoint folder of `step` holds, and what `latest` names."
-    d = Path(run) / "checkpoints" / f"step{step:08d}"
-    return dict(files=sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) if d.is_dir() else None,
-                latest=(Path(run) / "checkpoints" / "latest").read_text().strip(),
-                steps=[m["step"] for m in read_metrics(run)], losses=[m["loss"] for m in read_metrics(run)])
-
-
-# the first kill comes after the step-8 save is complete: that launch is also the uninterrupted sync run (copied)
-KILLS = [("latest", "8:0:latest", []), ("data", "8:1:data", []), ("metadata", "8:0:metadata", []),
-         ("complete", "8:0:complete", []), ("async", "8:1:data", ["--steps", "12", "--set", "checkpoint.async=true"])]
+# the first kill comes after the step-8 save is complete: that launch is also the uninterrupted sync run (copied);
+# the others are resumes of the run, each with the settings it changes
+KILLS = [("latest", "8:0:latest", {}), ("data", "8:1:data", {}), ("metadata", "8:0:metadata", {}),
+         ("complete", "8:0:complete", {}), ("async", "8:1:data", {"steps": 12, "checkpoint.async": True})]
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """An async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save; its first
-    launch, killed once its step-8 checkpoint was complete (only `latest` not moved), copied as the sync run."""
+    """An async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save: its first
+    launch (`mtnlg train`), killed once its step-8 checkpoint was complete (only `latest` not moved), copied as the
+    sync run; then the other kills, resumes of it in ONE process that forks each resume's 2 ranks
+    (tests/kill_worker.py); then `mtnlg train --resume` to the end."""
     root = tmp_path_factory.mktemp("small")
     _mtnlg_train(root / "async", "--steps", "8", "--set", "checkpoint.async=true",
                  # each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step, unless
                  # that step waits for it (as it must)
                  env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"})
     run, seen = root / "killed", {}
-    for i, (point, kill, args) in enumerate(KILLS):
-        resume = ["--resume"] if i else ["--steps", "8"]
-        p = _mtnlg_train(run, *resume, *args, check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill,
-                                                                "MTNLG_INJECT_HOLD_WRITE": "2"})
-        seen[point] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
-        if not i: shutil.copytree(run, root / "sync")          # steps 1-8 uninterrupted, saves at 4 and 8 complete
+    (point, kill, _), *resumed = KILLS
+    p = _mtnlg_train(run, "--steps", "8", check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill})
+    seen[point] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+    shutil.copytree(run, root / "sync")                      # steps 1-8 uninterrupted, saves at 4 and 8 complete
+    out = root / "kills"
+    out.mkdir()
+    cases = [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
+             for point, kill, changes in resumed]
+    (out / "plan.json").write_text(json.dumps(dict(run=str(run), cases=cases)))
+    k = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_worker.py"), str(out / "plan.json"), str(out)],
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=1800)
+    assert k.returncode == 0, k.stderr[-5000:]
+    seen.update({c["name"]: json.loads((out / f"{c['name']}.json").read_text()) for c in cases})
     p = _mtnlg_train(run, "--resume", "--steps", "8", "--set", "checkpoint.async=false")
-    seen["final"] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+    seen["final"] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
     return root, seen
 
 
@@ -274,7 +278,7 @@ def _stored(ck) -> dict:
 def test_kill_at_every_point_of_a_save_leaves_the_last_commit(small_runs, point):
     "After the kill `latest` still names step 4, step 8 is no checkpoint to resume from; the disk shows where it died."
     root, seen = small_runs
-    s, ref = seen[point], _folder_state(root / "sync")
+    s, ref = seen[point], folder_state(root / "sync")
     assert s["rc"] != 0 and s["latest"] == "step00000004", (s["rc"], s["out"][-3000:])
     files = set(s["files"])
     want = {"data": lambda: "COMPLETE" not in files and ".metadata" not in files and "__1_0.distcp" in files,
@@ -297,7 +301,7 @@ def test_resumes_after_the_kills_are_exact(small_runs):
     removed = "removed unfinished checkpoint folders: step00000008"
     cleaned = [k for (k, _, _), o in zip(KILLS, outs) if removed in o]
     assert cleaned == ["data", "metadata", "complete", "async"]          # `latest` left a complete, uncommitted one
-    final, ref = seen["final"], _folder_state(root / "sync")
+    final, ref = seen["final"], folder_state(root / "sync")
     assert final["rc"] == 0 and final["latest"] == "step00000008" and final["steps"] == list(range(1, 9))
     assert final["losses"] == ref["losses"]
     a, b = (_stored(root / r / "checkpoints" / "step00000008") for r in ("killed", "sync"))
