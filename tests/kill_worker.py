@@ -8,6 +8,8 @@ case's fault injection in their environment. When a rank exits with an error, th
 30 s), as torchrun's agent does. Writes OUT/<case>.json: the run's step-8 folder afterwards (`folder_state`), rc (the
 first failing rank's exit code) and out (both ranks' output). The launcher's own failure message after a kill is tested through `mtnlg train` (tests/test_train.py).
 
+A case with `from` (a config.json) and its own `run` starts that new run instead (the async run beside them).
+
 Usage: python kill_worker.py PLAN.json OUT_DIR; PLAN: {"run": RUN, "cases": [{"name", "set", "env"}, ...]}
 """
 import json, os, signal, socket, sys, time, traceback
@@ -31,23 +33,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank(run: Path, r: int, env: dict, log: Path) -> int:
+def rank(run: Path, r: int, env: dict, log: Path, resume: bool) -> int:
     "In the forked child: output to `log`, the launcher's environment, then the launched rank's entry."
     from mtnlg.train import worker_main
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.environ.update(env, RANK=str(r), LOCAL_RANK=str(r), GROUP_RANK="0")
-    return worker_main([str(run), "--resume", "--no-progress"])
+    return worker_main([str(run)] + (["--resume"] if resume else []) + ["--no-progress"])
 
 
 def run_case(run: Path, case: dict, out: Path) -> dict:
-    "One resume of the run on 2 forked ranks; the first failing rank's exit code and both ranks' output."
+    "One resume (or, with `from`, a new run on that config) on 2 forked ranks: exit code, output, folder state."
     from mtnlg.config import load_config
     from mtnlg.topology import HUNG_FILE_ENV
     from mtnlg.train import HUNG_FILE, prepare_run
-    cfg = load_config(None, run / "config.json", overrides=case.get("set", {}))
-    prepare_run(cfg, run, resume=True)                     # the launcher's checks, config.json written
+    resume = "from" not in case
+    cfg = load_config(None, run / "config.json" if resume else case["from"], overrides=case.get("set", {}))
+    run = prepare_run(cfg, run, resume=resume)             # the launcher's checks, config.json written
     (run / HUNG_FILE).unlink(missing_ok=True)
     env = dict(case.get("env", {}), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", **{HUNG_FILE_ENV: str(run / HUNG_FILE)})
@@ -59,7 +62,7 @@ def run_case(run: Path, case: dict, out: Path) -> dict:
         pid = os.fork()
         if pid == 0:
             code = 1
-            try: code = rank(run, r, env, logs[r])
+            try: code = rank(run, r, env, logs[r], resume)
             except BaseException: traceback.print_exc()
             finally:
                 sys.stdout.flush()
@@ -91,7 +94,7 @@ if __name__ == "__main__":
     import mtnlg.train                                      # noqa: F401 (imported once, before any fork)
     plan, out = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
     for case in plan["cases"]:
-        got = run_case(Path(plan["run"]), case, out)
+        got = run_case(Path(case.get("run", plan["run"])), case, out)
         tmp = out / f"{case['name']}.json.tmp"
         tmp.write_text(json.dumps(got))
         os.replace(tmp, out / f"{case['name']}.json")

@@ -237,15 +237,11 @@ KILLS = [("latest", "8:0:latest", {}), ("data", "8:1:data", {}), ("metadata", "8
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """An async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save: its first
-    launch (`mtnlg train`), killed once its step-8 checkpoint was complete (only `latest` not moved), copied as the
-    sync run; then the other kills, resumes of it in ONE process that forks each resume's 2 ranks
-    (tests/kill_worker.py); then `mtnlg train --resume` to the end."""
+    """One run killed at every point of its step-8 save: its first launch (`mtnlg train`), killed once its step-8
+    checkpoint was complete (only `latest` not moved), copied as the sync run; then, in ONE process that forks each
+    launch's 2 ranks (tests/kill_worker.py), an async run of the same 8 steps (saves at 4 and 8) and the other kills,
+    resumes of the first run; then `mtnlg train --resume` to the end."""
     root = tmp_path_factory.mktemp("small")
-    _mtnlg_train(root / "async", "--steps", "8", "--set", "checkpoint.async=true",
-                 # each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step, unless
-                 # that step waits for it (as it must)
-                 env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"})
     run, seen = root / "killed", {}
     (point, kill, _), *resumed = KILLS
     p = _mtnlg_train(run, "--steps", "8", check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill})
@@ -253,13 +249,20 @@ def small_runs(tmp_path_factory):
     shutil.copytree(run, root / "sync")                      # steps 1-8 uninterrupted, saves at 4 and 8 complete
     out = root / "kills"
     out.mkdir()
-    cases = [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
-             for point, kill, changes in resumed]
+    # the async run: each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step,
+    # unless that step waits for it (as it must)
+    cases = [dict(name="async_run", run=str(root / "async"), set={"checkpoint.async": True},
+                  env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"},
+                  **{"from": str(root / "sync" / "config.json")})]
+    cases += [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
+              for point, kill, changes in resumed]
     (out / "plan.json").write_text(json.dumps(dict(run=str(run), cases=cases)))
     k = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_worker.py"), str(out / "plan.json"), str(out)],
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=1800)
     assert k.returncode == 0, k.stderr[-5000:]
     seen.update({c["name"]: json.loads((out / f"{c['name']}.json").read_text()) for c in cases})
+    done = seen.pop("async_run")
+    assert done["rc"] == 0, done["out"][-3000:]
     p = _mtnlg_train(run, "--resume", "--steps", "8", "--set", "checkpoint.async=false")
     seen["final"] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
     return root, seen
