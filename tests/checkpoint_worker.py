@@ -10,9 +10,8 @@ check, and writes OUT/<job>.json (rank 0) or OUT/<job>.err<rank>.json (any rank 
 - dropout: Megatron's RNG rules at TP2 (hidden-state masks equal on both TP ranks, attention streams differ);
 - memory: peak host memory of each rank in every phase (init, save, async save, load, evaluation and generation
   loads, export on rank 0, and a positive control holding one whole tensor), each measured alone (the peak reset)
-  in fresh processes (the launch's first job), the allocator set first so that every freed block >= 64 KiB goes
-  back to the system (a `train()` before would have kept freed memory in the heap, where reuse hides from the
-  peak), and set back to glibc's default thresholds after;
+  in processes of their own launch, the allocator set first so that every freed block >= 64 KiB goes back to the
+  system (a `train()` before would have kept freed memory in the heap, where reuse hides from the peak);
 - relayout: the memory job's checkpoint loaded at another layout: peak memory, bytes read against bytes asked for,
   and the same load through DCP's own reader (the positive control of the bytes read).
 
@@ -129,12 +128,6 @@ def _reset_allocator():
     return libc
 
 
-def _restore_allocator(libc):
-    "glibc's default thresholds again (128 KiB), for the jobs after a measuring one in the same process."
-    libc.mallopt(-3, 128 * 1024)
-    libc.mallopt(-1, 128 * 1024)
-
-
 def _measure(out, name, fn, libc):
     "Run `fn()`; out[name] = its peak resident bytes above the start, out[name + '_kept'] = still resident after."
     import gc
@@ -240,7 +233,6 @@ def run_memory(job, out):
         out.update(largest_group_bytes=max(groups), full_weights_bytes=sum(groups))
         measure("export", lambda: export_checkpoint(ck, run / "hf", dtype="bf16"))
     shutdown()
-    _restore_allocator(libc)
 
 
 def run_relayout(job, out):
@@ -272,7 +264,6 @@ def run_relayout(job, out):
                                                         planner=_LoadPlanner(), no_dist=True), libc)
     out["stock_read_bytes"] = _bytes_read() - r0
     shutdown()
-    _restore_allocator(libc)
 
 
 def run_damaged(job, out):

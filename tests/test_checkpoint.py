@@ -1,13 +1,12 @@
 """Sharded, layout-free checkpoints (mtnlg.checkpoint) across real multi-process layouts.
 
-ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, first (its processes still fresh)
-per-rank peak host memory of every phase, then the library's training path:
+ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, the library's training path:
 TP2 x PP2 x DP2 fp32 (ZeRO-1) for 6 steps saving at 3, then resumes of its step-3 checkpoint at (1,1,1),
 (1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the
 checkpoint exactly (read back through DCP's own reader), then trains steps 4-6, whose losses must equal the
 original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at
 PP2 x DP2 with every fp32 master and Adam moment fragment exact.
-Megatron's dropout RNG rules at TP2. The memory phases, before any training: per-rank peak host memory of every
+Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
 phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
 largest tensor is 8x the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's
 reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
@@ -67,13 +66,9 @@ RELAYOUT = dict(MEMORY, tp=1, pp=2, dp=4)
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory, corpus):
-    """The one 8-process launch: the memory phases first, while its processes are fresh (no `train()` has shaped their
-    heap), then the trainings and resumes: ({job: rank 0's result}, {job: [each rank's result]}, runs folder)."""
+def results(tmp_path_factory, corpus):
+    "The one 8-process launch; ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
     out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
-    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
-    relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
-                    **{"from": str(runs / "memory")})
     base = _train_job("base", [0, 8], runs / "base", (2, 2, 2), corpus)
     resumes = {n: _train_job(n, [0, l[0] * l[1] * l[2]], runs / n, l, corpus, resume=True, verify=True,
                              copy=[str(runs / "base"), SAVED], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
@@ -85,24 +80,24 @@ def launched(tmp_path_factory, corpus):
     # phases do not wait for each other: a job reading another's run sits on the ranks that ran it, after it
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
-    plan = [[memory], [relayout], [base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
+    plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
             [resumes["r111"], dropout, bf16], [bf16_resume], [bf16_relayout]]
-    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2, timeout=1800)
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
     res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
     assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
     return res, per_rank, runs
 
 
 @pytest.fixture(scope="module")
-def results(launched):
-    "The trainings and resumes: ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
-    return launched
-
-
-@pytest.fixture(scope="module")
-def memory(launched):
-    "The memory phases, in processes of their own launch before any training: {job: [each rank's result]}."
-    return launched[1]
+def memory(tmp_path_factory):
+    "A second 8-process launch, of fresh processes (no `train()` has shaped their heap): {job: [each rank's result]}."
+    out, runs = tmp_path_factory.mktemp("mem_out"), tmp_path_factory.mktemp("mem_runs")
+    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
+    relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
+                    **{"from": str(runs / "memory")})
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", [[memory], [relayout]], out, ports_per_job=2)
+    assert p.returncode == 0 and not got["errors"], "\n".join(got["errors"]) + p.stderr[-3000:]
+    return got["ranks"]
 
 
 def _losses(run): return [r["loss"] for r in read_metrics(run)]
