@@ -1,14 +1,15 @@
-"""Worker of tests/test_checkpoint.py: resumes of one 2-rank run, each killed (SIGKILL) at a point of a save, in ONE
-process that imports the library once and forks the ranks of every resume from it.
+"""Worker of tests/test_checkpoint.py: launches of 2-rank runs (resumes of one run, each killed by SIGKILL at a point of
+a save, and a new async run) in ONE process that imports the library once and forks every launch's ranks from it.
 
-Each case does what `mtnlg train --resume` does for a run of 2 ranks: the run's `config.json` with the case's changes
-written as the launcher writes it (`prepare_run`), then two ranks (forked, with RANK, WORLD_SIZE, MASTER_ADDR and a
-fresh MASTER_PORT, as torchrun sets them) that each run the launched rank's entry (`mtnlg.train.worker_main`), the
-case's fault injection in their environment. When a rank exits with an error, the others get SIGTERM (SIGKILL after
-30 s), as torchrun's agent does. Writes OUT/<case>.json: the run's step-8 folder afterwards (`folder_state`), rc (the
-first failing rank's exit code) and out (both ranks' output). The launcher's own failure message after a kill is tested through `mtnlg train` (tests/test_train.py).
+Each case does what `mtnlg train [--resume]` does for a run of 2 ranks: the run's `config.json` with the case's
+changes written as the launcher writes it (`prepare_run`), then two ranks (forked, with RANK, WORLD_SIZE, MASTER_ADDR
+and a fresh MASTER_PORT, as torchrun sets them) that each run the launched rank's entry (`mtnlg.train.worker_main`),
+the case's fault injection in their environment. When a rank exits with an error, the others get SIGTERM (SIGKILL
+after 30 s), as torchrun's agent does. Writes OUT/<case>.json: the run's step-8 folder afterwards (`folder_state`),
+rc (the first failing rank's exit code) and out (both ranks' output). The launcher's own failure message after a
+kill is tested through `mtnlg train` (tests/test_train.py).
 
-A case with `from` (a config.json) and its own `run` starts that new run instead (the async run beside them).
+A case with `from` (a config.json) and its own `run` starts that new run instead of resuming.
 
 Usage: python kill_worker.py PLAN.json OUT_DIR; PLAN: {"run": RUN, "cases": [{"name", "set", "env"}, ...]}
 """
