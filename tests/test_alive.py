@@ -93,7 +93,7 @@ TIMEOUT_S = 20
 
 @pytest.fixture(scope="module")
 def ref(tmp_path_factory) -> Path:
-    "The one trained run (DP2, 4 steps, a checkpoint each step): the idle session's model, the stopped run's reference."
+    "One trained run (DP2, 4 steps, saved each step): the idle session's model and the stopped run's reference."
     run = tmp_path_factory.mktemp("alive") / "ref"
     p = tiny_run(run, *FLAGS, timeout_s=TIMEOUT_S)
     assert p.returncode == 0, p.stderr[-3000:]
