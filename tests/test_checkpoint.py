@@ -1,9 +1,9 @@
 """Sharded, layout-free checkpoints (mtnlg.checkpoint) across real multi-process layouts.
 
 ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, the library's training path:
-TP2 x PP2 x DP2 fp32 (ZeRO-1) for 10 steps saving at 5, then resumes of its step-5 checkpoint at (1,1,1),
+TP2 x PP2 x DP2 fp32 (ZeRO-1) for 6 steps saving at 3, then resumes of its step-3 checkpoint at (1,1,1),
 (1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the
-checkpoint exactly (read back through DCP's own reader), then trains steps 6-10, whose losses must equal the
+checkpoint exactly (read back through DCP's own reader), then trains steps 4-6, whose losses must equal the
 original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at
 PP2 x DP2 with every fp32 master and Adam moment fragment exact.
 Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
@@ -12,13 +12,14 @@ largest tensor is 8x the allowance, the bytes a load at a new layout reads again
 reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
 of the checkpoint, where one rank hashing every file is the control).
 
-Then `mtnlg train` as users run it, on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (a data file half
-written; every data file but no `.metadata`; `.metadata` but no `COMPLETE`; `COMPLETE` but the old `latest`;
-during an async save while training went on), each resumed exactly from the last committed checkpoint; async saves
+Then training on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (`COMPLETE` but the old `latest`, in
+`mtnlg train` as users run it; a data file half written; every data file but no `.metadata`; `.metadata` but no
+`COMPLETE`; during an async save while training went on: resumes forked from one process, tests/kill_worker.py),
+each resumed exactly from the last committed checkpoint (the last resume: `mtnlg train --resume`); async saves
 bit-equal to sync ones; `mtnlg eval` reading a checkpoint while pruning runs. A SIGKILL of one rank of 8, the
 README's resume at a new layout, `mtnlg eval --tp 2` and `mtnlg export` are in tests/test_train.py.
 """
-import json, os, subprocess, sys, time
+import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
@@ -29,6 +30,7 @@ from mtnlg.checkpoint_folders import latest_checkpoint
 from mtnlg import indexed as IX
 from conftest import ROOT
 from subworld import launch
+from kill_worker import folder_state
 
 pytestmark = pytest.mark.slow      # 8-process training launches
 
@@ -44,9 +46,12 @@ def corpus(tmp_path_factory, fixture_data):
     return str(d / "shakespeare")
 
 
+STEPS, SAVED = 6, 3         # each run's steps, and the step its resumes start from (3 steps each side of it)
+
+
 def _train_job(name, ranks, run, layout, corpus, **kw):
-    s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": 10,
-         "save_interval": 5, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
+    s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": STEPS,
+         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
     s.update(kw.pop("set", {}))
     return dict(name=name, kind="train", ranks=ranks, run=str(run), set=s, **kw)
 
@@ -66,12 +71,12 @@ def results(tmp_path_factory, corpus):
     out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
     base = _train_job("base", [0, 8], runs / "base", (2, 2, 2), corpus)
     resumes = {n: _train_job(n, [0, l[0] * l[1] * l[2]], runs / n, l, corpus, resume=True, verify=True,
-                             copy=[str(runs / "base"), 5], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
+                             copy=[str(runs / "base"), SAVED], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
     bf16 = _train_job("bf16", [4, 4], runs / "bf16", (2, 1, 2), corpus, set=BF16)
     bf16_resume = _train_job("bf16_resume", [4, 4], runs / "bf16_resume", (2, 1, 2), corpus, set=BF16, resume=True,
-                             copy=[str(runs / "bf16"), 5])
+                             copy=[str(runs / "bf16"), SAVED])
     bf16_relayout = _train_job("bf16_relayout", [4, 4], runs / "bf16_relayout", (1, 2, 2), corpus, set=BF16,
-                               resume=True, verify=True, copy=[str(runs / "bf16"), 5])
+                               resume=True, verify=True, copy=[str(runs / "bf16"), SAVED])
     # phases do not wait for each other: a job reading another's run sits on the ranks that ran it, after it
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
@@ -100,14 +105,14 @@ def _losses(run): return [r["loss"] for r in read_metrics(run)]
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_resume_at_new_layout_loads_exactly_and_trains_on(results, name):
-    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 5 losses match (1e-5)."
+    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 3 losses match (1e-5)."
     res, _, runs = results
-    assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == 5
+    assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == SAVED
     base, got = _losses(runs / "base"), _losses(runs / name)
-    assert len(base) == len(got) == 10 and got[:5] == base[:5]            # the log reads as one run
-    assert got[5:] == pytest.approx(base[5:], rel=1e-5), name
+    assert len(base) == len(got) == STEPS and got[:SAVED] == base[:SAVED]       # the log reads as one run
+    assert got[SAVED:] == pytest.approx(base[SAVED:], rel=1e-5), name
     state = json.loads((latest_checkpoint(runs / name) / "train_state.json").read_text())
-    assert [state["layout"][k] for k in ("tp", "pp", "dp")] == list(LAYOUTS[name]) and state["step"] == 10
+    assert [state["layout"][k] for k in ("tp", "pp", "dp")] == list(LAYOUTS[name]) and state["step"] == STEPS
 
 
 def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
@@ -123,19 +128,19 @@ def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
 
 
 def test_bf16_dropout_same_layout_resume_is_bit_exact(results):
-    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 6-10 equal the uninterrupted run exactly."
+    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 4-6 equal the uninterrupted run exactly."
     _, _, runs = results
     a, b = _losses(runs / "bf16"), _losses(runs / "bf16_resume")
-    assert len(a) == len(b) == 10 and b == a
+    assert len(a) == len(b) == STEPS and b == a
 
 
 def test_bf16_resume_at_new_layout_loads_masters_and_moments_exactly(results):
     "bf16 TP2 x DP2 -> PP2 x DP2: every fp32 master and Adam moment fragment equals the checkpoint; it trains on."
     res, _, runs = results
     r = res["bf16_relayout"]
-    assert r["verified_bad"] == [] and r["verified_pieces"] > 0 and r["loaded_step"] == 5
+    assert r["verified_bad"] == [] and r["verified_pieces"] > 0 and r["loaded_step"] == SAVED
     got, base = _losses(runs / "bf16_relayout"), _losses(runs / "bf16")
-    assert len(got) == 10 and got[:5] == base[:5] and all(x == x for x in got[5:])   # dropout masks follow the layout
+    assert len(got) == STEPS and got[:SAVED] == base[:SAVED] and all(x == x for x in got[SAVED:])   # masks: layout's
 
 
 def test_dropout_follows_megatrons_rng_rules(results):
@@ -219,35 +224,42 @@ def _mtnlg_train(run, *args, env=None, check=True):
     return p
 
 
-def _folder_state(run, step=8) -> dict:
-    "What a run's checkpoint folder of `step` holds, and what `latest` names."
-    d = Path(run) / "checkpoints" / f"step{step:08d}"
-    return dict(files=sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) if d.is_dir() else None,
-                latest=(Path(run) / "checkpoints" / "latest").read_text().strip(),
-                steps=[m["step"] for m in read_metrics(run)], losses=[m["loss"] for m in read_metrics(run)])
-
-
-KILLS = [("data", "8:1:data", []), ("metadata", "8:0:metadata", []), ("complete", "8:0:complete", []),
-         ("latest", "8:0:latest", []), ("async", "8:1:data", ["--steps", "12", "--set", "checkpoint.async=true"])]
+# the first kill comes after the step-8 save is complete: that launch is also the uninterrupted sync run (copied);
+# the others are resumes of the run, each with the settings it changes
+KILLS = [("latest", "8:0:latest", {}), ("data", "8:1:data", {}), ("metadata", "8:0:metadata", {}),
+         ("complete", "8:0:complete", {}), ("async", "8:1:data", {"steps": 12, "checkpoint.async": True})]
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    "A sync and an async run of 8 steps (saves at 4 and 8), and one run killed at every point of its step-8 save."
+    """One run killed at every point of its step-8 save: its first launch (`mtnlg train`), killed once its step-8
+    checkpoint was complete (only `latest` not moved), copied as the sync run; then, in ONE process that forks each
+    launch's 2 ranks (tests/kill_worker.py), an async run of the same 8 steps (saves at 4 and 8) and the other kills,
+    resumes of the first run; then `mtnlg train --resume` to the end."""
     root = tmp_path_factory.mktemp("small")
-    _mtnlg_train(root / "sync", "--steps", "8")
-    _mtnlg_train(root / "async", "--steps", "8", "--set", "checkpoint.async=true",
-                 # each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step, unless
-                 # that step waits for it (as it must)
-                 env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"})
     run, seen = root / "killed", {}
-    for i, (point, kill, args) in enumerate(KILLS):
-        resume = ["--resume"] if i else ["--steps", "8"]
-        p = _mtnlg_train(run, *resume, *args, check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill,
-                                                                "MTNLG_INJECT_HOLD_WRITE": "2"})
-        seen[point] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+    (point, kill, _), *resumed = KILLS
+    p = _mtnlg_train(run, "--steps", "8", check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill})
+    seen[point] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+    shutil.copytree(run, root / "sync")                      # steps 1-8 uninterrupted, saves at 4 and 8 complete
+    out = root / "kills"
+    out.mkdir()
+    # the async run: each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step,
+    # unless that step waits for it (as it must)
+    cases = [dict(name="async_run", run=str(root / "async"), set={"checkpoint.async": True},
+                  env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"},
+                  **{"from": str(root / "sync" / "config.json")})]
+    cases += [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
+              for point, kill, changes in resumed]
+    (out / "plan.json").write_text(json.dumps(dict(run=str(run), cases=cases)))
+    k = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_worker.py"), str(out / "plan.json"), str(out)],
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=1800)
+    assert k.returncode == 0, k.stderr[-5000:]
+    seen.update({c["name"]: json.loads((out / f"{c['name']}.json").read_text()) for c in cases})
+    done = seen.pop("async_run")
+    assert done["rc"] == 0, done["out"][-3000:]
     p = _mtnlg_train(run, "--resume", "--steps", "8", "--set", "checkpoint.async=false")
-    seen["final"] = dict(_folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
+    seen["final"] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
     return root, seen
 
 
@@ -264,7 +276,7 @@ def _stored(ck) -> dict:
 def test_kill_at_every_point_of_a_save_leaves_the_last_commit(small_runs, point):
     "After the kill `latest` still names step 4, step 8 is no checkpoint to resume from; the disk shows where it died."
     root, seen = small_runs
-    s, ref = seen[point], _folder_state(root / "sync")
+    s, ref = seen[point], folder_state(root / "sync")
     assert s["rc"] != 0 and s["latest"] == "step00000004", (s["rc"], s["out"][-3000:])
     files = set(s["files"])
     want = {"data": lambda: "COMPLETE" not in files and ".metadata" not in files and "__1_0.distcp" in files,
@@ -287,7 +299,7 @@ def test_resumes_after_the_kills_are_exact(small_runs):
     removed = "removed unfinished checkpoint folders: step00000008"
     cleaned = [k for (k, _, _), o in zip(KILLS, outs) if removed in o]
     assert cleaned == ["data", "metadata", "complete", "async"]          # `latest` left a complete, uncommitted one
-    final, ref = seen["final"], _folder_state(root / "sync")
+    final, ref = seen["final"], folder_state(root / "sync")
     assert final["rc"] == 0 and final["latest"] == "step00000008" and final["steps"] == list(range(1, 9))
     assert final["losses"] == ref["losses"]
     a, b = (_stored(root / r / "checkpoints" / "step00000008") for r in ("killed", "sync"))

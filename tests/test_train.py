@@ -2,7 +2,8 @@
 and the README's at a new one; every relayout of the library's state is in tests/test_checkpoint.py), a real kill -9
 of one rank, non-finite steps, and bad input that fails before any process starts.
 
-Launches are few and shared (module-scoped fixtures): four 8-process runs, three 1-process runs, one 2-process."""
+Launches are few and shared (module-scoped fixtures): the 3D run is the one killed and resumed (its steps 1-8 before
+the kill are an uninterrupted run's), so three 8-process launches, three 1-process runs, one 2-process."""
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
@@ -43,15 +44,32 @@ def corpus(tmp_path_factory, fixture_data):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, corpus):
-    "The reference runs: fp32 on 1 process and on TP2 x PP2 x DP2 (8 processes), same seed and data."
+    "The reference run: fp32 on 1 process (RUNS/ref); the 3D run beside it is `killed_3d`'s (RUNS/3d)."
     root = tmp_path_factory.mktemp("runs")
     train(root / "ref", "--data", corpus, "--precision", "fp32")
-    train(root / "3d", "--data", corpus, "--precision", "fp32", *LAYOUT_3D)
     return root
 
 
+@pytest.fixture(scope="module")
+def killed_3d(runs, corpus):
+    """fp32 at TP2 x PP2 x DP2 (RUNS/3d), its rank 5 killed (SIGKILL) while it writes the step-8 checkpoint, then
+    resumed to step 8: what the kill left ({rc, stderr, seconds, partial folder, latest, losses logged}), the resume."""
+    run = runs / "3d"
+    t0 = time.time()
+    p = train(run, "--data", corpus, "--precision", "fp32", *LAYOUT_3D, "--steps", "40", check=False,
+              env={"MTNLG_INJECT_KILL_IN_SAVE": "8:5"})
+    partial = run / "checkpoints" / "step00000008"
+    killed = dict(rc=p.returncode, stderr=p.stderr, seconds=time.time() - t0, partial=partial.is_dir(),
+                  complete=(partial / "COMPLETE").exists(), latest=latest_checkpoint(run).name, losses=losses(run))
+    r = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--steps", str(STEPS), "--no-progress"],
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    return killed, r
+
+
 @pytest.mark.slow
-def test_3d_fp32_trains_like_one_process(runs):
+def test_3d_fp32_trains_like_one_process(runs, killed_3d):
+    "The 3D run (steps 5-8 from its resume, exact: the test below) against one process: every logged value."
+    assert killed_3d[1].returncode == 0, killed_3d[1].stderr[-3000:]
     ref, par = read_metrics(runs / "ref"), read_metrics(runs / "3d")
     assert [r["step"] for r in par] == list(range(1, STEPS + 1))
     for k in ("loss", "grad_norm", "lr", "global_batch", "tokens"):
@@ -76,27 +94,21 @@ def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, corpus, tmp_path):
+def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, killed_3d):
     "SIGKILL of rank 5 while it writes the step-8 checkpoint: a clear error, step 4 stays latest, --resume is exact."
-    run = tmp_path / "killed"
-    t0 = time.time()
-    p = train(run, "--data", corpus, "--precision", "fp32", *LAYOUT_3D, "--steps", "40", check=False,
-              env={"MTNLG_INJECT_KILL_IN_SAVE": "8:5"})
-    assert p.returncode != 0 and time.time() - t0 < 300
-    assert "the job failed after step 8" in p.stderr and f"--out {run} --resume" in p.stderr, p.stderr[-3000:]
-    partial = run / "checkpoints" / "step00000008"
-    assert partial.is_dir() and not (partial / "COMPLETE").exists() and latest_checkpoint(run).name == "step00000004"
-    before = losses(run)                                        # steps 1-8, logged before the kill
-    r = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--steps", str(STEPS), "--no-progress"],
-                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    run, (p, r) = runs / "3d", killed_3d
+    assert p["rc"] != 0 and p["seconds"] < 300
+    assert "the job failed after step 8" in p["stderr"] and f"--out {run} --resume" in p["stderr"], p["stderr"][-3000:]
+    assert p["partial"] and not p["complete"] and p["latest"] == "step00000004"
     assert r.returncode == 0 and "step00000004" in r.stdout + r.stderr, r.stderr[-3000:]
     assert [m["step"] for m in read_metrics(run)] == list(range(1, STEPS + 1))
-    assert losses(run) == losses(runs / "3d") == before[:STEPS]         # same layout: bit-exact, nothing lost
-    assert (partial / "COMPLETE").exists()                               # the partial folder: removed, then rewritten
+    # steps 1-8 logged before the kill are an uninterrupted run's: same layout, bit-exact, nothing lost
+    assert losses(run) == p["losses"][:STEPS] and len(p["losses"]) >= STEPS
+    assert (run / "checkpoints" / "step00000008" / "COMPLETE").exists()   # the partial folder: removed, rewritten
 
 
 @pytest.mark.slow
-def test_readme_relayout_then_eval_and_export(runs, tmp_path, fixture_data):
+def test_readme_relayout_then_eval_and_export(runs, killed_3d, tmp_path, fixture_data):
     "The README's resume at a new layout with only the changed flags; then `mtnlg eval --tp 2` and `mtnlg export`."
     run = tmp_path / "moved"
     shutil.copytree(runs / "3d", run)
