@@ -362,7 +362,7 @@ def _norm(text: str) -> str:
     # what this machine has (02_topology)
     text = re.sub(r"(on this CPU: |cpu_malloc_reuse\(\) \(set: )(True|False)", r"\1?", text)
     text = re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\]", "[time]", text)      # logging's timestamps
-    text = re.sub(r"/tmp/[^\s'\"]+", "/tmp/?", text)
+    text = re.sub(r"(/tmp|<tmp>)/[^\s'\"]+", r"\1/?", text)       # a path under a temporary folder, names in it too
     text = re.sub(r"(['\"]\w*(seconds|_s|_per_s|tok_s)['\"]:\s*)[-\d.e+]+", r"\1?", text)   # timing fields of dicts
     return re.sub(r"\d+(\.\d+)?\s*(s|ms|sec|seconds)\b", "? s", text)
 

@@ -8,6 +8,7 @@ import dataclasses, functools, collections, hashlib, json, os, pickle, shutil, s
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from . import patches          # first: its quiet_imports hides tqdm's notebook notice datatrove would print
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
 from .config import DataError, atomic_file, atomic_write_text
 from .data import Source, QualityClassifier, STAT_COLUMNS, is_hf_folder, file_parts

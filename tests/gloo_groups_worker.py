@@ -28,8 +28,11 @@ for kind in ("lazy", "eager"):
     dist.barrier()
     before = sockets()
     group = lazy_gloo_group(timedelta(seconds=300)) if kind == "lazy" else dist.new_group(backend="gloo")
+    dist.barrier()                  # every rank has made it, none uses it yet (a use would connect pairs to this rank)
     counts[f"{kind}_made"] = sockets() - before
+    dist.barrier()
     use(group)
+    dist.barrier()                  # every rank's use done: no peer connects to this rank after the count
     counts[f"{kind}_used"] = sockets() - before
     counts["lazy_env_after"] = os.environ.get("TORCH_GLOO_LAZY_INIT")
 dist.barrier()
