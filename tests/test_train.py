@@ -4,7 +4,7 @@ of one rank, non-finite steps, and bad input that fails before any process start
 
 Launches are few and shared (module-scoped fixtures): the 3D run is the one killed and resumed (its steps 1-8 before
 the kill are an uninterrupted run's), so three 8-process launches, three 1-process runs, one 2-process."""
-import json, os, shutil, subprocess, sys, time
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 
@@ -53,13 +53,12 @@ def runs(tmp_path_factory, corpus):
 @pytest.fixture(scope="module")
 def killed_3d(runs, corpus):
     """fp32 at TP2 x PP2 x DP2 (RUNS/3d), its rank 5 killed (SIGKILL) while it writes the step-8 checkpoint, then
-    resumed to step 8: what the kill left ({rc, stderr, seconds, partial folder, latest, losses logged}), the resume."""
+    resumed to step 8: what the kill left ({rc, stderr, partial folder, latest, losses logged}), the resume."""
     run = runs / "3d"
-    t0 = time.time()
     p = train(run, "--data", corpus, "--precision", "fp32", *LAYOUT_3D, "--steps", "40", check=False,
               env={"MTNLG_INJECT_KILL_IN_SAVE": "8:5"})
     partial = run / "checkpoints" / "step00000008"
-    killed = dict(rc=p.returncode, stderr=p.stderr, seconds=time.time() - t0, partial=partial.is_dir(),
+    killed = dict(rc=p.returncode, stderr=p.stderr, partial=partial.is_dir(),
                   complete=(partial / "COMPLETE").exists(), latest=latest_checkpoint(run).name, losses=losses(run))
     r = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--steps", str(STEPS), "--no-progress"],
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
@@ -97,7 +96,7 @@ def test_compiled_blocks_train_like_eager(runs, corpus, tmp_path):
 def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, killed_3d):
     "SIGKILL of rank 5 while it writes the step-8 checkpoint: a clear error, step 4 stays latest, --resume is exact."
     run, (p, r) = runs / "3d", killed_3d
-    assert p["rc"] != 0 and p["seconds"] < 300
+    assert p["rc"] != 0 and len(p["losses"]) <= 8          # the launch ended at the kill: no step after it
     assert "the job failed after step 8" in p["stderr"] and f"--out {run} --resume" in p["stderr"], p["stderr"][-3000:]
     assert p["partial"] and not p["complete"] and p["latest"] == "step00000004"
     assert r.returncode == 0 and "step00000004" in r.stdout + r.stderr, r.stderr[-3000:]
@@ -165,7 +164,6 @@ def test_nonfinite_steps_in_a_row_abort(corpus, tmp_path):
     (["--data", "/nonexistent/prefix"], "/nonexistent/prefix.bin does not exist"),
 ])
 def test_bad_config_fails_before_any_process(tmp_path, args, msg):
-    t0 = time.time()
     p = train(tmp_path / "bad", *args, check=False)
     assert p.returncode == 2 and msg in p.stderr, p.stderr[-2000:]
     assert not (tmp_path / "bad").exists() and "torch.distributed.run" not in p.stderr
