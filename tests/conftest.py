@@ -124,13 +124,13 @@ def pytest_xdist_node_collection_finished(node, ids):
 SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "multihost", "test_multihost": "multihost",
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
-# Seconds of pytest time each group takes in `make test` (estimates after the cuts of 2026-11-29; the summary's
-# "seconds per xdist group" line measures them). The Makefile passes --no-loadscope-reorder, so the workers take
-# groups in this order, longest first, and end together (xdist's own order is by number of tests: a long group of
-# few tests started last made the suite wait on it alone).
-GROUP_SECONDS = {"nbs": 900, "multihost": 800, "test_demo": 500, "test_eval": 350, "test_checkpoint": 350,
-                 "test_package": 330, "slurm": 300, "test_train": 300, "test_studies": 250, "test_cli_help": 200,
-                 "test_curation_scale": 160, "test_alive": 150, "test_generate": 150}
+# Seconds of pytest time each group took in the last measured `make test` (benchmarks/RESULTS.md, 2026-11-29, its
+# summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so the workers take groups
+# in this order, longest first, and end together (xdist's own order is by number of tests: a long group of few
+# tests started last made the suite wait on it alone). Groups not named here follow in collection order.
+GROUP_SECONDS = {"nbs": 895, "multihost": 728, "test_studies": 357, "test_package": 315, "slurm": 295,
+                 "test_train": 276, "test_checkpoint": 267, "test_alive": 229, "test_demo": 219, "test_eval": 196,
+                 "test_dryrun": 150, "test_generate": 77, "test_curation_scale": 76}
 
 def _group(item) -> str:
     "The xdist group of a collected test."
