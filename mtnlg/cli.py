@@ -249,7 +249,7 @@ VOCABULARY = {
 # %% ../nbs/90_cli.ipynb #e5c3f7b8
 def _options(parser, path: str = ""):
     "(command, action) of each option of `parser` and its subcommands, nested too (an aliased subcommand once)."
-    for a in parser._actions:
+    for a in parser._actions:        # argparse (3.10-3.13) lists a parser's actions and subparsers only here
         if isinstance(a, argparse._SubParsersAction):
             for name, sub in {id(s): (n, s) for n, s in reversed(a.choices.items())}.values():
                 yield from _options(sub, f"{path} {name}".strip())

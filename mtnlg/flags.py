@@ -28,7 +28,7 @@ class HelpWithDefaults(argparse.HelpFormatter):
 def with_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     "`parser` and its subcommands' parsers, nested too, printing their help with `HelpWithDefaults`."
     parser.formatter_class = HelpWithDefaults
-    for a in parser._actions:
+    for a in parser._actions:        # argparse (3.10-3.13) lists a parser's actions and subparsers only here
         if isinstance(a, argparse._SubParsersAction):
             for p in a.choices.values(): with_defaults(p)
     return parser
@@ -311,7 +311,7 @@ def job_flags(parser):
     "Flags of `mtnlg job` (declared by `mtnlg.jobs.cli_parser`) and their old names."
     from mtnlg.jobs import cli_parser                   # torch-free at import
     cli_parser(parser)
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))   # as in `with_defaults`
     renamed(sub.choices["run"], "--quiet", "--no-progress", "no_progress", switch=True)
     return parser
 
