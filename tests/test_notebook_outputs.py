@@ -124,3 +124,21 @@ def test_the_scan_catches_a_planted_timing_and_temporary_path():
     c = next(x for x in memory["cells"] if x["cell_type"] == "code" and "predicted" in "".join(x["source"]))
     c["source"] = ["import time; t0 = time.perf_counter()\n"] + c["source"]
     assert any("a duration" in b for b in varying("01_memory", memory))
+
+
+def test_a_run_prints_its_timings_only_when_asked(tmp_path, monkeypatch):
+    """The library's own log line (a folder source fetched) names no duration by default, and its time with
+    `mtnlg --verbose` ($MTNLG_VERBOSE=1, the control): the same line but for the timing."""
+    from mtnlg.corpus import fetch_demo_sources
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("A note of a few words, long enough to be kept as a document. " * 5)
+    lines = {}
+    for verbose in ("0", "1"):
+        monkeypatch.setenv("MTNLG_VERBOSE", verbose)
+        said = []
+        fetch_demo_sources(tmp_path / f"cache{verbose}", sources=str(tmp_path / "notes"), log=said.append)
+        assert len(said) == 1 and " -> " in said[0], said
+        lines[verbose] = said[0].split(" -> ")[0]                 # without the file it wrote (here: under /tmp)
+    assert lines["0"] == "fetched demo source notes: 1 documents" and not PATTERN.search(lines["0"])
+    assert re.fullmatch(r"fetched demo source notes: 1 documents in \d+\.\d s", lines["1"]), lines["1"]
+    assert PATTERN.search(lines["1"]) and not PATTERN.search(re.sub(r" in \d+\.\d s", "", lines["1"]))
