@@ -45,7 +45,7 @@ def _flags(name):
 # = mtnlg.topology.MEGATRON_NOTICES, here without torch
 NOTICES = ["Transformer Engine and Apex are not installed"]
 VERBOSE_HELP = ("also show library notices hidden by default (megatron-core's 'Transformer "
-                "Engine and Apex' warnings)")
+                "Engine and Apex' warnings) and how long each stage took")
 
 def quiet_notices(verbose: bool = False) -> bool:
     "Before any subcommand import: hide the notices here and in child processes unless verbose; True if so."
@@ -119,7 +119,7 @@ VOCABULARY = {
     "--no-print": ("generate", "print no results (they go to --out-file)"),
     "--no-progress": ("train, eval, export, import-hf, job run",
                       "show no live progress (a progress bar, a notebook's cells echoed as they run)"),
-    "--verbose": ("*", "also show library notices hidden by default"),
+    "--verbose": ("*", "also show library notices hidden by default, and timings"),
     "--dry-run": ("train, job submit", "check and show what would run (train: the config; job submit: the sbatch "
                                        "script); run nothing"),
     # the run's configuration (mtnlg.config: a preset, a file, --set and one flag per common setting)

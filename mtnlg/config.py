@@ -13,8 +13,8 @@ from typing import Any, get_type_hints
 __all__ = ['PRESETS', 'PAPER_PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'DataError', 'EvalError', 'ModelConfig',
            'ParallelConfig', 'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths', 'resolve_key',
            'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file', 'load_config', 'save_config', 'fsync_dir',
-           'atomic_path', 'atomic_file', 'atomic_write_text', 'cache_root', 'file_sha256', 'field_docs',
-           'add_config_args', 'given_overrides', 'config_from_args']
+           'atomic_path', 'atomic_file', 'atomic_write_text', 'cache_root', 'file_sha256', 'is_verbose', 'timed',
+           'field_docs', 'add_config_args', 'given_overrides', 'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -465,6 +465,15 @@ def file_sha256(p) -> str:
         _HASHES[key] = h.hexdigest()
     return _HASHES[key]
 
+
+# %% ../nbs/00_config.ipynb #9fab4de9
+def is_verbose() -> bool:
+    "True when $MTNLG_VERBOSE asks for every notice and timing (`mtnlg --verbose` sets it)."
+    return os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
+
+def timed(seconds: float, form: str = " in {:.1f} s") -> str:
+    "`form` filled with `seconds` when verbose (`mtnlg --verbose`), else '': printed lines stay the same."
+    return form.format(seconds) if is_verbose() else ""
 
 # %% ../nbs/00_config.ipynb #40023433
 CLI_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "lr", "global_batch",

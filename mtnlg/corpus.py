@@ -8,7 +8,8 @@ import dataclasses, functools, gzip, hashlib, html, json, random, re, shutil, su
 import time, zipfile
 from pathlib import Path
 import numpy as np
-from .config import DataError, DataConfig, atomic_file, atomic_path, atomic_write_text, cache_root
+from .config import (DataError, DataConfig, atomic_file, atomic_path, atomic_write_text, cache_root,
+                          timed)
 from .data import (Source, QualityClassifier, clean_text, curate, html_to_text, parse_source,
                         read_documents, report_frame)
 from .tasks import task_texts
@@ -267,7 +268,7 @@ def fetch_demo_sources(cache_dir=None, max_docs: int = 2000, max_bytes: int = 3_
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             t0 = time.time(); n = _write_jsonl(path, _capped(fetch(src_dir / "raw"), max_docs, max_bytes))
-            if log: log(f"fetched demo source {name}: {n} documents ({time.time() - t0:.1f}s) -> {path}")
+            if log: log(f"fetched demo source {name}: {n} documents{timed(time.time() - t0)} -> {path}")
         out.append(Source(name, str(path), quality_filter=isinstance(found, str) and name in WEB_SOURCES))
     return out
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from . import patches          # first: its quiet_imports hides tqdm's notebook notice datatrove would print
 from datatrove.executor import LocalPipelineExecutor, SlurmPipelineExecutor
-from .config import DataError, atomic_file, atomic_write_text
+from .config import DataError, atomic_file, atomic_write_text, timed
 from .data import Source, QualityClassifier, STAT_COLUMNS, is_hf_folder, file_parts
 from . import decontam as DC
 from .curation_steps import (CurationStep, ReadSources, CleanDocuments, ReadCleaned, DedupFilter, QualityFilter,
@@ -254,7 +254,7 @@ def run_local(run: CurationRun, workers: int = 2, log=print, verbose: bool | Non
             LocalPipelineExecutor(steps, tasks=tasks, workers=max(1, min(workers, tasks)), start_method="fork",
                                   logging_dir=str(run.path / "logs" / name)).run()
             times[name] = round(time.time() - t0, 3)
-            if log: log(f"curate {name}: {tasks} task(s) in {times[name]:.1f}s")
+            if log: log(f"curate {name}: {tasks} task(s){timed(times[name])}")
             if name == stop_after: break           # e.g. '3_cluster': only the deduplication
     finally: logger.enable("datatrove")
     return times

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 import numpy as np
-from .config import DataError, atomic_file, atomic_path, atomic_write_text
+from .config import DataError, atomic_file, atomic_path, atomic_write_text, timed
 from . import decontam as DC
 from .decontam import HASH_PRIME      # the rolling hash's multiplier (curation's band keys)
 
@@ -525,7 +525,7 @@ def curate(sources: list[Source], out_dir, eval_dir=None, quality: QualityClassi
         if ng is None: _write_docs(out / f"{s.name}.jsonl", docs, stats[s.name])
         else: _write_docs(kept(s), DC.count_ngrams(docs, counts, ng))
         st = stats[s.name]; st["skipped_bad_input"] = sum(skips.values())
-        if log: log(f"curate {s.name}: {st['docs_in']} in ({time.time() - t0:.1f}s)"
+        if log: log(f"curate {s.name}: {st['docs_in']} in{timed(time.time() - t0, ' ({:.1f} s)')}"
                     + (f"; skipped {dict(skips)} first at {skips.first}" if skips else ""))
     if ng is not None:          # pass 2: Megatron's cuts, with the n-grams hit in fewer than key_threshold docs
         used = DC.below_threshold(ng, counts, decontam.key_threshold)

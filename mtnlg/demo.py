@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json, os, shutil, sys, time
 from pathlib import Path
-from .config import load_config, ConfigError, DataError, EvalError, RunConfig, atomic_write_text
+from .config import load_config, ConfigError, DataError, EvalError, RunConfig, atomic_write_text, timed
 from .topology import shutdown
 from .checkpoint_folders import latest_checkpoint
 from .tasks import default_data_root, parse_shots, parse_tasks, task_source
@@ -111,7 +111,8 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
         summary["report"] = str(r.notebook)
     times["total_s"] = round(time.time() - t_all, 1)
     atomic_write_text(out / "demo.json", json.dumps(summary, indent=1))
-    if log: log(f"\n== done in {times['total_s']:.0f}s: report {summary.get('report', '(skipped)')}, plots in {out / 'plots'}")
+    took = timed(times["total_s"], " in {:.0f} s")             # with --verbose; each stage's time is in demo.json
+    if log: log(f"\n== done{took}: report {summary.get('report', '(skipped)')}, plots in {out / 'plots'}")
     return summary
 
 # %% ../nbs/10_demo.ipynb #15469a48

@@ -5,7 +5,7 @@
 # %% ../nbs/01b_dryrun.ipynb #ed28b63c
 from __future__ import annotations
 import collections, contextlib, functools, json, operator, resource, time, weakref
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, timed
 from . import patches, plan as P
 
 # %% auto #0
@@ -322,8 +322,10 @@ def _report(r: dict) -> str:
     share = r["metadata_bytes"]                               # this rank's entries of the global `.metadata`
     lines.append(f"  {'.metadata':<14}{share / 2 ** 10:>9.1f}K  this rank's entries; about "
                  f"{share * r['world_size'] / 2 ** 20:.1f} MiB for all {r['world_size']} ranks at this share")
-    lines.append(f"  the plan's peak: moment {r['planned_moment']}; the dry run: {r['wall_s']:.1f} s, host peak "
-                 f"{r['host_peak_bytes'] / G:.2f} GiB")
+    host = r.get("host_peak_bytes")                          # the fake run's own process (None: not shown)
+    took = timed(r["wall_s"], "; the dry run: {:.1f} s")     # with --verbose
+    lines.append(f"  the plan's peak: moment {r['planned_moment']}{took}"
+                 + ("" if host is None else f"; host peak {host / G:.2f} GiB"))
     if "extrapolated" in r:
         lines.append(f"  measured at {' and '.join(map(str, LINEAR_FROM))} micro-batches a step, extrapolated to "
                      f"{r['micro_batches']} ({r['extrapolated']['in_flight']} in flight); --fake-full runs them all")

@@ -10,7 +10,7 @@ from typing import Callable, Protocol
 import torch
 import torch.distributed as dist
 from lm_eval.api.model import LM, TemplateLM
-from .config import EvalError, atomic_write_text
+from .config import EvalError, atomic_write_text, timed
 from . import patches
 from .tokenizer import get_tokenizer
 from .topology import broadcast_waiting, init_distributed, is_verbose, shutdown
@@ -511,7 +511,8 @@ def evaluate(scorer, tasks="paper", shots=(0,), limit: int | None = None, out_di
                 log(f"{name} {k}-shot: {w['docs_over_window']} of {r['n']} prompts exceed the "
                     f"{lm.max_length}-token window; lm-eval keeps their end: "
                     f"{shots_msg}{w['docs_with_own_text_cut']} documents lost part of their own text")
-            if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}, {r['seconds']} s)")
+            took = timed(r["seconds"], ", {:.3g} s")           # with --verbose: its time
+            if log: log(f"{name} {k}-shot: {r['accuracy']:.4f} ({r['metric']}, n={r['n']}{took})")
             if done: done(name, k)
     if out_dir and write: write_report(results, out_dir)
     return results

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import yaml
-from .config import DataError, atomic_path, atomic_write_text, cache_root
+from .config import DataError, atomic_path, atomic_write_text, cache_root, timed
 from . import patches
 from .tokenizer import get_tokenizer
 from .data import Source, Skips, read_documents
@@ -104,7 +104,8 @@ def tokenize_to_indexed(inputs, out_prefix, tokenizer: str = "gpt2", workers: in
     dt = time.time() - t0
     res = {"prefix": str(out_prefix), "documents": ndocs, "tokens": ntok, "seconds": round(dt, 3),
            "tokens_per_s": round(ntok / max(dt, 1e-9)), "skipped": dict(skips), "tokenizer": tokenizer}
-    if log: log(f"tokenize -> {out_prefix}: {ndocs} docs, {ntok:,} tokens, {res['tokens_per_s']:,} tokens/s")
+    rate = timed(res["tokens_per_s"], ", {:,} tokens/s")            # with --verbose: its speed
+    if log: log(f"tokenize -> {out_prefix}: {ndocs} docs, {ntok:,} tokens{rate}")
     return res
 
 # %% ../nbs/05c_indexed.ipynb #db9b4da3

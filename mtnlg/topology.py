@@ -9,16 +9,15 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text
+from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text, is_verbose
 from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
-           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'is_verbose', 'quiet_megatron',
-           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
-           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group',
-           'broadcast_waiting', 'from_leader', 'gather_waiting', 'init_distributed', 'seed_all', 'shutdown',
-           'init_fake_world']
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'quiet_megatron', 'parse_partition',
+           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
+           'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group', 'broadcast_waiting',
+           'from_leader', 'gather_waiting', 'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -32,10 +31,6 @@ RUNTIME_NOTICES = [(FutureWarning, r"`torch\.distributed\.all_gather_into_tensor
 # loggers whose warnings say nothing a user can act on: torch's CUDA build on a machine with a CUDA toolkit and no GPU
 # ("No CUDA runtime is found, using CUDA_HOME=...", at DeepSpeed's import)
 QUIET_LOGGERS = ["torch.utils.cpp_extension"]
-
-def is_verbose() -> bool:
-    "True when $MTNLG_VERBOSE asks for every notice (`mtnlg --verbose` sets it)."
-    return os.environ.get("MTNLG_VERBOSE", "0") not in ("", "0")
 
 # %% ../nbs/02_topology.ipynb #0e7d2c9c
 def quiet_megatron(verbose: bool | None = None) -> bool:
