@@ -36,10 +36,7 @@ COMPUTED = {
 }
 # Outputs of notebooks remade outside the suite (`make outputs STEMS=12_demo_report`) that still show a run's
 # timings: (notebook, text of the cell's source) -> what to change there; the entry goes when the cell is fixed.
-PENDING = {
-    ("12_demo_report", "stage times (s)"): "the demo run's stage times (demo.json's `times`): drop them from "
-                                          "its Markdown line, or quote the recorded demo time (RESULTS.md)",
-}
+PENDING: dict = {}      # (stem, marker) -> why a cell still prints a duration: none left
 CLOCK = re.compile(r"\btime\.(?:time|perf_counter|monotonic)(?:_ns)?\(|\bdatetime\.(?:now|today)\(")
 
 
