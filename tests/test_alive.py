@@ -150,7 +150,8 @@ def test_a_stopped_rank_ends_training_naming_itself_and_resume_matches(ref, stop
     assert "the last complete checkpoint is step00000002" in stderr, stderr[-3000:]
     assert (run / "hung.txt").read_text().startswith("rank 1 on host")   # for a job that requeues
     assert "Timed out waiting" not in stderr               # the heartbeat ended it, before any collective's timeout
-    again = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--no-progress"],
+    # the resume with a group timeout a loaded machine's start fits in (its ranks' imports may end 20 s apart)
+    again = subprocess.run([MTNLG, "train", "--out", str(run), "--resume", "--timeout-s", "300", "--no-progress"],
                            capture_output=True, text=True, env=env(), timeout=900)
     assert again.returncode == 0, again.stderr[-3000:]
     got = {r["step"]: r["loss"] for r in read_metrics(run)}
