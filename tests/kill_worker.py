@@ -1,5 +1,6 @@
 """Worker of tests/test_checkpoint.py: launches of 2-rank runs (resumes of one run, each killed by SIGKILL at a point of
-a save, and a new async run) in ONE process that imports the library once and forks every launch's ranks from it.
+a save, then its last resume, to the end; and a new async run) in ONE process that imports the library once and
+forks every launch's ranks from it.
 
 Each case does what `mtnlg train [--resume]` does for a run of 2 ranks: the run's `config.json` with the case's
 changes written as the launcher writes it (`prepare_run`), then two ranks (forked, with RANK, WORLD_SIZE, MASTER_ADDR

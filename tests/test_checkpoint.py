@@ -15,9 +15,10 @@ of the checkpoint, where one rank hashing every file is the control).
 Then training on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (`COMPLETE` but the old `latest`, in
 `mtnlg train` as users run it; a data file half written; every data file but no `.metadata`; `.metadata` but no
 `COMPLETE`; during an async save while training went on: resumes forked from one process, tests/kill_worker.py),
-each resumed exactly from the last committed checkpoint (the last resume: `mtnlg train --resume`); async saves
-bit-equal to sync ones; `mtnlg eval` reading a checkpoint while pruning runs. A SIGKILL of one rank of 8, the
-README's resume at a new layout, `mtnlg eval --tp 2` and `mtnlg export` are in tests/test_train.py.
+each resumed exactly from the last committed checkpoint (the last resume, without a kill, runs to the end); async
+saves bit-equal to sync ones; `mtnlg eval` reading a checkpoint while pruning runs. A SIGKILL of one rank of 8, the
+README's resume at a new layout, `mtnlg train --resume` after a kill, `mtnlg eval --tp 2` and `mtnlg export` are in
+tests/test_train.py.
 """
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
@@ -234,8 +235,8 @@ KILLS = [("latest", "8:0:latest", {}), ("data", "8:1:data", {}), ("metadata", "8
 def small_runs(tmp_path_factory):
     """One run killed at every point of its step-8 save: its first launch (`mtnlg train`), killed once its step-8
     checkpoint was complete (only `latest` not moved), copied as the sync run; then, in ONE process that forks each
-    launch's 2 ranks (tests/kill_worker.py), an async run of the same 8 steps (saves at 4 and 8) and the other kills,
-    resumes of the first run; then `mtnlg train --resume` to the end."""
+    launch's 2 ranks (tests/kill_worker.py), an async run of the same 8 steps (saves at 4 and 8), the other kills,
+    resumes of the first run, and its last resume, to the end (sync saves again)."""
     root = tmp_path_factory.mktemp("small")
     run, seen = root / "killed", {}
     (point, kill, _), *resumed = KILLS
@@ -251,6 +252,7 @@ def small_runs(tmp_path_factory):
                   **{"from": str(root / "sync" / "config.json")})]
     cases += [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
               for point, kill, changes in resumed]
+    cases += [dict(name="final", set={"checkpoint.async": False, "steps": 8}, env={})]       # to the end, sync
     (out / "plan.json").write_text(json.dumps(dict(run=str(run), cases=cases)))
     k = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_worker.py"), str(out / "plan.json"), str(out)],
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=1800)
@@ -258,8 +260,6 @@ def small_runs(tmp_path_factory):
     seen.update({c["name"]: json.loads((out / f"{c['name']}.json").read_text()) for c in cases})
     done = seen.pop("async_run")
     assert done["rc"] == 0, done["out"][-3000:]
-    p = _mtnlg_train(run, "--resume", "--steps", "8", "--set", "checkpoint.async=false")
-    seen["final"] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
     return root, seen
 
 
