@@ -1,4 +1,4 @@
-"""Notebooks executed as tests/test_notebooks.py executes them, in a fresh kernel and in one forked from the warm zygote
+"""Notebooks executed as tests/test_notebooks.py executes them, in a fresh kernel and in one forked from the zygote
 (docs/warm_kernel.py), alternating in one run: wall seconds and CPU seconds of the kernel (and what it started).
 
     python benchmarks/warm_kernels.py [STEM ...]      # writes benchmarks/warm_kernels.json

@@ -106,7 +106,8 @@ def serve(path: str):
                 why = None if msg is None or noise == "" else f"torch's import printed: {noise[-300:]}"
                 if msg is not None and why is None and _comparable(msg["env"]) != env:
                     a, b = _comparable(msg["env"]), env
-                    why = "environment differs: " + ", ".join(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+                    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+                    why = "environment differs: " + ", ".join(differ)
                 if msg is None or why:
                     for fd in fds: os.close(fd)
                     if msg is not None: _send(conn, {"refused": why})

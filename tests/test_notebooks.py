@@ -44,9 +44,11 @@ PROBE = ["""import os, sys, warnings, numpy, torch
 from ipykernel.kernelapp import IPKernelApp
 print("forked", os.getppid() != int(os.environ["JPY_PARENT_PID"]))""",
 """print(os.path.basename(sys.argv[0]), os.getsid(0) == os.getpid(), os.getcwd(), sys.path)
-print(IPKernelApp.instance().parent_handle == int(os.environ["JPY_PARENT_PID"]), type(IPKernelApp.instance()).__module__)
+app = IPKernelApp.instance()
+print(app.parent_handle == int(os.environ["JPY_PARENT_PID"]), type(app).__module__)
 print(sorted((k, v) for k, v in os.environ.items() if not k.startswith("JPY_")))""",
-"""print("earlier", globals().get("probe_name"), getattr(torch, "_probe_name", None), getattr(IPKernelApp, "_probe_name", None))
+"""print("earlier", globals().get("probe_name"), getattr(torch, "_probe_name", None),
+      getattr(IPKernelApp, "_probe_name", None))
 probe_name = torch._probe_name = IPKernelApp._probe_name = "set"
 print("now", probe_name, torch._probe_name, IPKernelApp._probe_name)""",
 "print(sorted({repr(f) for f in warnings.filters}))",
