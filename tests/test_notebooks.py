@@ -1,5 +1,6 @@
 """Every notebook in nbs/ is committed with its outputs, and they are what it makes: each is executed once here, in a
-fresh kernel as nbdev's test runner would (`#| eval: false` cells are not run), and compared cell by cell with what
+new kernel as nbdev's test runner would (`#| eval: false` cells are not run; the kernel forked from a zygote that has
+imported torch, docs/warm_kernel.py, and checked to start as a fresh one), and compared cell by cell with what
 is committed (docs/build.py: `make outputs` writes them). A notebook too slow for the suite carries the outputs
 `make outputs` made and a fingerprint of what made them (docs/outputs.json), checked here."""
 import json, re, shutil, sys
