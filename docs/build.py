@@ -44,11 +44,19 @@ def skipped(cell) -> bool:
 
 def has_outputs(nb) -> bool: return any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
+def kernel_env(env: dict | None = None) -> dict:
+    "The environment a notebook's kernel gets: ours without a launcher's variables, as nbdev's test runner's."
+    out = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    out.update(IN_TEST="1", PYTHONHASHSEED="0", **(env or {}))     # as nbdev's test runner; hashing (set order) fixed
+    # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
+    out.update(HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+    return out
+
 def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters: dict | None = None,
-            env: dict | None = None):
+            env: dict | None = None, warm=None):
     """The notebook at `path` executed in a fresh kernel in nbs/, as nbdev's test runner would (cells it skips stay
     unexecuted, IN_TEST=1); `parameters` are set after its `parameters` cell (the cell's source is kept); `env`: more
-    variables for the kernel."""
+    variables for the kernel; `warm`: a docs/warm_kernel.py WarmKernels to fork the kernel from (the suite's)."""
     from nbclient import NotebookClient
     nb = read_nb(path)
     kept = {}
@@ -59,12 +67,11 @@ def execute(path: Path, timeout: int = 1800, kernel: str = "python3", parameters
             if parameters and "parameters" in c.metadata.get("tags", []):
                 kept[id(c)] = c.source
                 c.source += "\n" + "".join(f"\n{k} = {v!r}" for k, v in parameters.items())
-    extra, env = env or {}, {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
-    env.update(IN_TEST="1", PYTHONHASHSEED="0", **extra)     # as nbdev's test runner; hashing (set order) fixed
-    # the Hugging Face libraries' bars in a notebook's own calls (save_pretrained, save_to_disk): no progress shown
-    env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+    env = kernel_env(env)
     t = time.time()
-    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(path.parent)}})
+    how = {"kernel_name": warm.name, "kernel_manager_class": warm.kernel_manager_class} if warm else \
+          {"kernel_name": kernel}
+    client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(path.parent)}}, **how)
     try: client.execute(env=env)                 # the kernel's whole environment
     finally:
         for c in nb.cells:

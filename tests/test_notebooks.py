@@ -1,5 +1,6 @@
 """Every notebook in nbs/ is committed with its outputs, and they are what it makes: each is executed once here, in a
-fresh kernel as nbdev's test runner would (`#| eval: false` cells are not run), and compared cell by cell with what
+new kernel as nbdev's test runner would (`#| eval: false` cells are not run; the kernel forked from a zygote that has
+imported torch, docs/warm_kernel.py, and checked to start as a fresh one), and compared cell by cell with what
 is committed (docs/build.py: `make outputs` writes them). A notebook too slow for the suite carries the outputs
 `make outputs` made and a fingerprint of what made them (docs/outputs.json), checked here."""
 import json, re, shutil, sys
@@ -8,6 +9,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "docs"))
 import build as docs_build       # docs/build.py
+import warm_kernel               # docs/warm_kernel.py
 
 NOTEBOOKS = [p for p in docs_build.notebooks() if p.stem not in docs_build.OUTSIDE_SUITE]
 # Notebooks executed here on another CPU path than the one that made their committed outputs: torch's scalar kernels
@@ -15,13 +17,22 @@ NOTEBOOKS = [p for p in docs_build.notebooks() if p.stem not in docs_build.OUTSI
 # differ in the last digits from the committed ones, and the comparison must pass all the same (docs/build.py: RTOL).
 ANOTHER_CPU = {"04_pipeline": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}}
 
-@pytest.mark.slow                  # every notebook, each in a fresh kernel: about 10 minutes
+@pytest.fixture(scope="module")
+def warm():
+    """The zygote each notebook's kernel is forked from (docs/warm_kernel.py: torch imported once, not per notebook);
+    None (fresh kernels) when torch's import is not silent there."""
+    with warm_kernel.WarmKernels(docs_build.kernel_env()) as w:
+        if not w.ready: print(f"fresh kernels: torch's import printed {w.noise!r}", file=sys.stderr)
+        yield w if w.ready else None
+
+@pytest.mark.slow                  # every notebook, each in a new kernel: about 10 minutes
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook(nb):
+def test_notebook(nb, warm):
     """The notebook runs clean, and its committed outputs are what it makes now (text with its numbers as a reader
     reads them, kinds of images, no stderr); ANOTHER_CPU's notebooks show their last digits differ, yet match."""
     from nbclient.exceptions import CellExecutionError
-    try: fresh = docs_build.execute(nb, timeout=1200, env=ANOTHER_CPU.get(nb.stem))
+    how = {"env": ANOTHER_CPU[nb.stem]} if nb.stem in ANOTHER_CPU else {"warm": warm}   # torch loaded on that path
+    try: fresh = docs_build.execute(nb, timeout=1200, **how)
     except CellExecutionError as e: pytest.fail(f"notebook {nb.name} failed:\n{str(e)[-6000:]}")
     committed = docs_build.read_nb(nb)
     bad = docs_build.compare(nb.stem, committed, fresh)
@@ -29,6 +40,43 @@ def test_notebook(nb):
     if nb.stem in ANOTHER_CPU:          # the other path is real: printed digits differ, which an exact check fails
         texts = [(a[1], b[1]) for a, b in zip(docs_build.output_summary(committed), docs_build.output_summary(fresh))]
         assert any(a != b for a, b in texts), f"{nb.stem} printed the same digits on another CPU path"
+
+PROBE = ["""import os, sys, warnings, numpy, torch
+from ipykernel.kernelapp import IPKernelApp
+print("forked", os.getppid() != int(os.environ["JPY_PARENT_PID"]))""",
+"""print(os.path.basename(sys.argv[0]), os.getsid(0) == os.getpid(), os.getcwd(), sys.path)
+app = IPKernelApp.instance()
+print(app.parent_handle == int(os.environ["JPY_PARENT_PID"]), type(app).__module__)
+print(sorted((k, v) for k, v in os.environ.items() if not k.startswith("JPY_")))""",
+"""print("earlier", globals().get("probe_name"), getattr(torch, "_probe_name", None),
+      getattr(IPKernelApp, "_probe_name", None))
+probe_name = torch._probe_name = IPKernelApp._probe_name = "set"
+print("now", probe_name, torch._probe_name, IPKernelApp._probe_name)""",
+"print(sorted({repr(f) for f in warnings.filters}))",
+"print(numpy.random.rand())"]
+
+def test_a_kernel_forked_from_the_zygote_starts_as_a_fresh_one(tmp_path, warm):
+    """A notebook sees at its start what it sees in a fresh kernel: argv, path, folder, session, parent's handle,
+    environment, no name an earlier kernel set (globals, torch's or ipykernel's), no warning filter a fresh kernel
+    lacks, numpy's random state its own; controls: the names show in the kernel that set them, and a kernel asked
+    for with another environment is started fresh (its parent is the client, not the zygote)."""
+    import nbformat
+    assert warm is not None, "torch's import is not silent in the zygote (docs/warm_kernel.py): fresh kernels only"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PROBE])
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    def run(**how):
+        out = docs_build.execute(tmp_path / "probe.ipynb", **how)
+        return ["".join(o["text"] for o in c.outputs if o.get("name") == "stdout") for c in out.cells]
+    a, b, fresh = run(warm=warm), run(warm=warm), run()
+    assert a[0] == b[0] == "forked True\n" and fresh[0] == "forked False\n"
+    assert a[1] == b[1] == fresh[1] and a[1].startswith(f"ipykernel_launcher.py True {tmp_path} [")
+    assert "\nTrue ipykernel.kernelapp\n" in a[1]
+    assert a[2] == b[2] == fresh[2] == "earlier None None None\nnow set set set\n"      # the control: "now"
+    assert set(eval(a[3])) <= set(eval(fresh[3])) and a[3] == b[3]
+    assert len({a[4], b[4], fresh[4]}) == 3                              # numpy's global state not shared
+    other = run(warm=warm, env={"MKL_CBWR": "COMPATIBLE"})               # control: MKL reads it when torch loads
+    assert other[0] == "forked False\n" and "('MKL_CBWR', 'COMPATIBLE')" in other[1]
 
 def _last_digit_moved(text: str) -> str:
     "Each printed decimal of `text` one unit larger in its last digit (as another CPU's rounding may print it)."
