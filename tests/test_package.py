@@ -133,12 +133,14 @@ def _run(cmd, **kw):
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
     "The mtnlg wheel, built from a copy of the package files (nothing is written into the repo)."
-    src = tmp_path_factory.mktemp("wheel_src")
+    return build_wheel(tmp_path_factory.mktemp("wheel_src"), tmp_path_factory.mktemp("dist"))
+
+def build_wheel(src: Path, out: Path) -> Path:
+    "The mtnlg wheel in `out`, built from a copy of the package files in `src`."
     for name in ("setup.py", "settings.ini", "README.md", "LICENSE"): shutil.copy(ROOT / name, src)
     (src / "nbs").mkdir()
     for name in settings()["package_notebooks"].split(): shutil.copy(ROOT / "nbs" / name, src / "nbs")
     shutil.copytree(ROOT / "mtnlg", src / "mtnlg", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src])
     return next(out.glob("mtnlg-*.whl"))
 
@@ -283,6 +285,26 @@ def test_venv_checks_find_stray_files_and_versions_off_the_lock(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tqdm\nVersion: 4.0\n")    # control: off the lock
     assert off_lock(tmp_path, "3.12", "cpu.txt") == [f"tqdm 4.0 (lock: {lock})"]
 
+def make_venv(stack: str, venv: Path, wheel: Path, src: Path | None):
+    """`venv` made afresh: venv `src`'s distributions cloned (`clone_distributions`), or with `src` None torch and
+    megatron-core pip-installed; then the wheel with the rest of the lock as constraints, what mtnlg does not need
+    uninstalled, `pip check`."""
+    version, lock, _ = STACKS[stack]
+    py = venv / "bin" / "python"
+    if venv.exists(): shutil.rmtree(venv)
+    if src: clone_distributions(src, venv, version)
+    else:
+        _run([find_python(version), "-m", "venv", venv])
+        _run([py, "-m", "pip", "install", "-q", "--no-compile", *(f"{n}=={pins(lock)[n]}" for n in PROJECT)],
+             timeout=1500)
+    cons = venv / "constraints.txt"
+    cons.write_text("\n".join(l for l in (ROOT / "environments" / lock).read_text().splitlines()
+                              if not l.startswith(("setuptools==", "wheel==", *(f"{n}==" for n in PROJECT)))))
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", "-c", cons, wheel], timeout=1500)
+    extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
+    if extra: _run([py, "-m", "pip", "uninstall", "-q", "-y", *extra])
+    _run([py, "-m", "pip", "check"], cwd=venv)
+
 @pytest.fixture(scope="session", params=list(STACKS))
 def fresh_venv(request, wheel):
     """A venv (never .venv) of one stack (`STACKS`): a project that has torch and megatron-core already (installed
@@ -306,19 +328,8 @@ def fresh_venv(request, wheel):
     marker = venv / "project-installed"
     if not (py.exists() and marker.exists() and marker.read_text() == " ".join(project) and stamp.exists()
             and stamp.read_text() == key):
-        if venv.exists(): shutil.rmtree(venv)
-        if src := dev_venv(stack): clone_distributions(src, venv, version)
-        else:
-            _run([find_python(version), "-m", "venv", venv])
-            _run([py, "-m", "pip", "install", "-q", "--no-compile", *project], timeout=1500)
+        make_venv(stack, venv, wheel, dev_venv(stack))
         marker.write_text(" ".join(project))
-        cons = venv / "constraints.txt"
-        cons.write_text("\n".join(l for l in (ROOT / "environments" / lock).read_text().splitlines()
-                                  if not l.startswith(("setuptools==", "wheel==", *(f"{n}==" for n in PROJECT)))))
-        _run([py, "-m", "pip", "install", "-q", "--no-compile", "-c", cons, wheel], timeout=1500)
-        extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
-        if extra: _run([py, "-m", "pip", "uninstall", "-q", "-y", *extra])
-        _run([py, "-m", "pip", "check"], cwd=venv)
         stamp.write_text(key)
     else: _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel], timeout=300)
     assert not unowned(venv, version), f"{venv}: files no distribution installed: {unowned(venv, version)}"
