@@ -74,32 +74,42 @@ def parity_run(tmp_path_factory):
     import_hf(d, run)
     return d, run
 
+EVAL_FLAGS = ["--tasks", ",".join(PARITY_TASKS), "--shots", ",".join(map(str, PARITY_SHOTS)), "--limit", str(PARITY_LIMIT),
+              "--tp", "2", "--pp", "2", "--dp", "2", "--batch-size", "16", "--log-samples", "--json"]
+
 @pytest.fixture(scope="module")
-def parity(parity_run, data, tmp_path_factory):
-    "lm-eval's `hf` model on the HF folder, and `mtnlg eval --tp 2 --pp 2 --dp 2` on the same weights as a run."
+def tp2pp2dp2(parity_run, data, tmp_path_factory):
+    """One launch of 8 processes (TP2 x PP2 x DP2), tests/eval_worker.py: generative requests, then `mtnlg eval`'s
+    ranks on the parity flags on the same processes; meanwhile lm-eval's `hf` model scores the same documents.
+    (reference, our results, rank 0's printed JSON, generation answers). `mtnlg eval` launching its ranks and
+    printing their results: tests/test_train.py (`--tp 2`), tests/test_hosts.py (this layout on two hosts)."""
     from lm_eval.models.huggingface import HFLM
+    from mtnlg.jobs import launch_command
     hf_dir, run_dir = parity_run
     out = tmp_path_factory.mktemp("tp2pp2")
-    env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
-    said = [open(out.parent / f"parity.{s}", "w+") for s in ("out", "err")]    # files: a full pipe would stall it
-    p = subprocess.Popen([str(Path(sys.executable).parent / "mtnlg"), "eval", "--checkpoint", str(run_dir), "--tasks",
-                          ",".join(PARITY_TASKS), "--shots", ",".join(map(str, PARITY_SHOTS)),
-                          "--limit", str(PARITY_LIMIT), "--eval-dir", str(data),
-                          "--tp", "2", "--pp", "2", "--dp", "2", "--batch-size", "16", "--log-samples", "--json",
-                          "--out", str(out)], stdout=said[0], stderr=said[1], env=env, start_new_session=True)
+    flags = ["--checkpoint", str(run_dir), *EVAL_FLAGS, "--eval-dir", str(data), "--out", str(out)]
+    cmd = launch_command([str(ROOT / "tests" / "eval_worker.py"), str(run_dir), str(out.parent / "gen.json"), *flags], 8)
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1",
+                                                                            "DS_ACCELERATOR": "cpu"}
+    said = [open(out.parent / f"launch.{s}", "w+") for s in ("out", "err")]    # files: a full pipe would stall it
+    p = subprocess.Popen(cmd, stdout=said[0], stderr=said[1], env=env, cwd=ROOT, start_new_session=True)
     try:                                               # the reference while the 8 ranks start and evaluate
         hf = HFLM(pretrained=str(hf_dir), batch_size=32, device="cpu", dtype="float32")
         ref = {(n, k): ev.evaluate_task(hf, n, k, PARITY_LIMIT, data, keep_loglikelihoods=True)
                for n in PARITY_TASKS for k in PARITY_SHOTS}
-        p.wait(timeout=600)
+        p.wait(timeout=900)
     finally:
         if p.poll() is None: os.killpg(p.pid, 9)              # the launcher and its ranks
-    stdout, stderr = (f.seek(0) or f.read() for f in said)
+    stderr = said[1].seek(0) or said[1].read()
     for f in said: f.close()
-    assert p.returncode == 0, stderr[-3000:]
+    assert p.returncode == 0, stderr[-4000:]
     ours = {(n, k): json.loads((out / f"{n}_{k}shot.json").read_text())
             for n in PARITY_TASKS for k in PARITY_SHOTS}
-    return ref, ours, json.loads(stdout)
+    printed = json.loads((out.parent / "gen.json.printed.json").read_text())
+    return ref, ours, printed, json.loads((out.parent / "gen.json").read_text())
+
+@pytest.fixture(scope="module")
+def parity(tp2pp2dp2): return tp2pp2dp2[:3]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("k", PARITY_SHOTS)
@@ -401,15 +411,7 @@ def test_generate_until_greedy_with_stop(hf_dir, tok):
 
 
 @pytest.fixture(scope="module")
-def tp2pp2dp2_generation(parity_run, tmp_path_factory):
-    "tests/eval_worker.py on 8 processes (TP2 x PP2 x DP2): generative requests while the other ranks follow."
-    from mtnlg.jobs import launch_command
-    out = tmp_path_factory.mktemp("eval_gen") / "out.json"
-    cmd = launch_command([str(ROOT / "tests" / "eval_worker.py"), str(parity_run[1]), str(out)], 8)
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
-    assert p.returncode == 0, p.stderr[-4000:]
-    return json.loads(out.read_text())
+def tp2pp2dp2_generation(tp2pp2dp2): return tp2pp2dp2[3]
 
 
 @pytest.mark.slow

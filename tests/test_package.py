@@ -133,12 +133,14 @@ def _run(cmd, **kw):
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
     "The mtnlg wheel, built from a copy of the package files (nothing is written into the repo)."
-    src = tmp_path_factory.mktemp("wheel_src")
+    return build_wheel(tmp_path_factory.mktemp("wheel_src"), tmp_path_factory.mktemp("dist"))
+
+def build_wheel(src: Path, out: Path) -> Path:
+    "The mtnlg wheel in `out`, built from a copy of the package files in `src`."
     for name in ("setup.py", "settings.ini", "README.md", "LICENSE"): shutil.copy(ROOT / name, src)
     (src / "nbs").mkdir()
     for name in settings()["package_notebooks"].split(): shutil.copy(ROOT / "nbs" / name, src / "nbs")
     shutil.copytree(ROOT / "mtnlg", src / "mtnlg", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src])
     return next(out.glob("mtnlg-*.whl"))
 
@@ -217,15 +219,103 @@ def find_python(version: str) -> str:
 
 # A user's project with its own stack: the distributions it installed before mtnlg, at the lock's versions.
 PROJECT = ("torch", "megatron-core")
+# The developer's venv of each stack (the Makefile's VENV, installed from the same lock): cloned when there.
+DEV_VENVS = {"default": ROOT / ".venv", "oldest": ROOT / ".venv-oldest"}
+
+def site_packages(venv: Path, version: str) -> Path: return venv / "lib" / f"python{version}" / "site-packages"
+
+def clone_distributions(src: Path, venv: Path, version: str):
+    """A new venv (`python -m venv`) with the files of every distribution of venv `src` but mtnlg, hard-linked
+    (copied across file systems) as pip would unpack the same wheels; scripts and .pth files naming `src` rewritten.
+    Only the files the distributions' RECORDs list: nothing of the checkout (editable mtnlg, kernel specs) comes."""
+    _run([find_python(version), "-m", "venv", "--without-pip", venv])
+    site, new_site = site_packages(src, version), site_packages(venv, version)
+    old, new = str(src.resolve()).encode(), str(venv.resolve()).encode()
+    for dist in metadata.distributions(path=[str(site)]):
+        if canonicalize_name(dist.metadata["Name"]) == "mtnlg": continue
+        for f in dist.files or []:
+            path, to = Path(os.path.normpath(site / f)), Path(os.path.normpath(new_site / f))
+            if not path.is_file() or to.exists(): continue
+            to.parent.mkdir(parents=True, exist_ok=True)
+            data = path.read_bytes() if str(f).startswith("..") or path.suffix == ".pth" else b""
+            if old in data: to.write_bytes(data.replace(old, new)); shutil.copymode(path, to)
+            else:
+                try: os.link(path, to)
+                except OSError: shutil.copy2(path, to)
+
+def unowned(venv: Path, version: str) -> list[str]:
+    "Top-level entries of the venv's site-packages that no installed distribution's RECORD lists (caches aside)."
+    site = site_packages(venv, version)
+    owned = {Path(str(f)).parts[0] for d in metadata.distributions(path=[str(site)]) for f in d.files or []}
+    return sorted(p.name for p in site.iterdir() if p.name not in owned | {"__pycache__"})
+
+def off_lock(venv: Path, version: str, lock: str) -> list[str]:
+    "Installed distributions whose version is not the lock's (mtnlg and the venv's own pip/setuptools/wheel aside)."
+    have = pins(lock)
+    got = {canonicalize_name(d.metadata["Name"]): d.version
+           for d in metadata.distributions(path=[str(site_packages(venv, version))])}
+    own = ("mtnlg", "pip", "setuptools", "wheel")
+    return sorted(f"{n} {v} (lock: {have.get(n)})" for n, v in got.items()
+                  if n not in own and have.get(n, "").split("+")[0] != v.split("+")[0])
+
+def dev_venv(stack: str) -> Path | None:
+    "The developer's venv of `stack` if there, of the stack's Python, with the lock's torch and megatron-core."
+    version, lock, _ = STACKS[stack]
+    src = DEV_VENVS[stack]
+    if not site_packages(src, version).is_dir(): return None
+    got = {canonicalize_name(d.metadata["Name"]): d.version
+           for d in metadata.distributions(path=[str(site_packages(src, version))])}
+    ok = all(got.get(n, "").split("+")[0] == pins(lock)[n].split("+")[0] for n in PROJECT)
+    return src if ok else None
+
+def test_venv_checks_find_stray_files_and_versions_off_the_lock(tmp_path):
+    "What `fresh_venv` asserts of a venv: only distributions' files, each at the lock's version; controls fail."
+    site = site_packages(tmp_path, "3.12")
+    info = site / "tqdm-4.0.dist-info"
+    info.mkdir(parents=True)
+    (site / "tqdm").mkdir()
+    (site / "tqdm" / "__init__.py").write_text("")
+    (info / "RECORD").write_text("tqdm/__init__.py,,\ntqdm-4.0.dist-info/METADATA,,\ntqdm-4.0.dist-info/RECORD,,\n")
+    lock = pins("cpu.txt")["tqdm"]
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tqdm\nVersion: {lock}\n")
+    assert unowned(tmp_path, "3.12") == [] and off_lock(tmp_path, "3.12", "cpu.txt") == []
+    (site / "__editable__.mtnlg-0.1.0.pth").write_text(str(ROOT))       # control: the checkout's editable install
+    (site / "stray.py").write_text("")
+    assert unowned(tmp_path, "3.12") == ["__editable__.mtnlg-0.1.0.pth", "stray.py"]
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tqdm\nVersion: 4.0\n")    # control: off the lock
+    assert off_lock(tmp_path, "3.12", "cpu.txt") == [f"tqdm 4.0 (lock: {lock})"]
+
+def make_venv(stack: str, venv: Path, wheel: Path, src: Path | None):
+    """`venv` made afresh: venv `src`'s distributions cloned (`clone_distributions`), or with `src` None torch and
+    megatron-core pip-installed; then the wheel with the rest of the lock as constraints, what mtnlg does not need
+    uninstalled, `pip check`."""
+    version, lock, _ = STACKS[stack]
+    py = venv / "bin" / "python"
+    if venv.exists(): shutil.rmtree(venv)
+    if src: clone_distributions(src, venv, version)
+    else:
+        _run([find_python(version), "-m", "venv", venv])
+        _run([py, "-m", "pip", "install", "-q", "--no-compile", *(f"{n}=={pins(lock)[n]}" for n in PROJECT)],
+             timeout=1500)
+    cons = venv / "constraints.txt"
+    cons.write_text("\n".join(l for l in (ROOT / "environments" / lock).read_text().splitlines()
+                              if not l.startswith(("setuptools==", "wheel==", *(f"{n}==" for n in PROJECT)))))
+    _run([py, "-m", "pip", "install", "-q", "--no-compile", "-c", cons, wheel], timeout=1500)
+    extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
+    if extra: _run([py, "-m", "pip", "uninstall", "-q", "-y", *extra])
+    _run([py, "-m", "pip", "check"], cwd=venv)
 
 @pytest.fixture(scope="session", params=list(STACKS))
 def fresh_venv(request, wheel):
     """A venv (never .venv) of one stack (`STACKS`): a project that has torch and megatron-core already (installed
     first, at the stack's versions), where pip resolves the wheel's dependencies with the rest of the stack's lock
-    as constraints. Built once per machine; when the lock or requirements change, pip re-resolves in it and whatever
-    mtnlg no longer needs is uninstalled, so it holds exactly what a fresh install would; the wheel is reinstalled
-    every session. Installed without byte-compiling (half of pip's time): the first process compiles what it
-    imports (`_venv_env`)."""
+    as constraints. Where the developer's venv of the stack is there (`make env`, CI's `make test-fast ENV=oldest`;
+    installed from the same lock), its distributions are cloned first (`clone_distributions`, seconds instead of
+    pip unpacking GBs), mtnlg's editable install left out; else the project is pip-installed. Either way, whatever
+    mtnlg does not need is uninstalled after the wheel, and the test checks that the venv then holds only
+    distributions' files, each at the lock's version: what a fresh install holds. Built once per machine; when the
+    lock or requirements change, it is built again; the wheel is reinstalled every session. Installed without
+    byte-compiling (half of pip's time): the first process compiles what it imports (`_venv_env`)."""
     stack = request.param
     version, lock, _ = STACKS[stack]
     for old in PKG_DIR.glob("venv-*"):                          # another stack list's venvs (GBs each)
@@ -236,22 +326,17 @@ def fresh_venv(request, wheel):
     key = hashlib.sha256((ROOT / "environments" / lock).read_bytes() + settings()["requirements"].encode()).hexdigest()
     stamp = venv / ".deps-installed"
     marker = venv / "project-installed"
-    if not (py.exists() and marker.exists() and marker.read_text() == " ".join(project)):
-        if venv.exists(): shutil.rmtree(venv)
-        _run([find_python(version), "-m", "venv", venv])
-        _run([py, "-m", "pip", "install", "-q", "--no-compile", *project], timeout=1500)
+    if not (py.exists() and marker.exists() and marker.read_text() == " ".join(project) and stamp.exists()
+            and stamp.read_text() == key):
+        make_venv(stack, venv, wheel, dev_venv(stack))
         marker.write_text(" ".join(project))
-    if not stamp.exists() or stamp.read_text() != key:
-        cons = venv / "constraints.txt"
-        cons.write_text("\n".join(l for l in (ROOT / "environments" / lock).read_text().splitlines()
-                                  if not l.startswith(("setuptools==", "wheel==", *(f"{n}==" for n in PROJECT)))))
-        subprocess.run([py, "-m", "pip", "uninstall", "-q", "-y", "mtnlg"], capture_output=True)   # else pip keeps the
-        _run([py, "-m", "pip", "install", "-q", "--no-compile", "-c", cons, wheel], timeout=1500)  # old metadata
-        extra = _run([py, "-I", "-c", PRUNE], cwd=venv).stdout.split()     # -I: not the repo's mtnlg.egg-info
-        if extra: _run([py, "-m", "pip", "uninstall", "-q", "-y", *extra])
-        _run([py, "-m", "pip", "check"], cwd=venv)
         stamp.write_text(key)
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel], timeout=300)
+    else: _run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel], timeout=300)
+    assert not unowned(venv, version), f"{venv}: files no distribution installed: {unowned(venv, version)}"
+    assert not off_lock(venv, version, lock), f"{venv}: versions not {lock}'s: {off_lock(venv, version, lock)}"
+    back = [p.name for p in (venv / "bin").iterdir()
+            if p.is_file() and not p.is_symlink() and str(DEV_VENVS[stack]) in p.read_text("latin-1")]
+    assert not back, f"{venv}/bin: scripts that run the developer's venv: {back}"
     return venv
 
 def _venv_env(venv):
