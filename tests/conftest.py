@@ -124,13 +124,13 @@ def pytest_xdist_node_collection_finished(node, ids):
 SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "multihost", "test_multihost": "multihost",
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
-# Seconds of pytest time each group took in the last measured `make test` (benchmarks/RESULTS.md, 2026-11-29, its
-# summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so the workers take groups
-# in this order, longest first, and end together (xdist's own order is by number of tests: a long group of few
+# Seconds of pytest time each group took in the last measured `make test` (benchmarks/RESULTS.md, 2026-11-29,
+# third session: its summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so
+# the workers take groups in this order, longest first, and end together (xdist's own order is by number of tests: a long group of few
 # tests started last made the suite wait on it alone). Groups not named here follow in collection order.
-GROUP_SECONDS = {"nbs": 895, "multihost": 728, "test_studies": 357, "test_package": 315, "slurm": 295,
-                 "test_train": 276, "test_checkpoint": 267, "test_alive": 229, "test_demo": 219, "test_eval": 196,
-                 "test_dryrun": 150, "test_generate": 77, "test_curation_scale": 76}
+GROUP_SECONDS = {"multihost": 906, "nbs": 602, "test_studies": 311, "slurm": 305, "test_train": 244,
+                 "test_checkpoint": 220, "test_demo": 207, "test_alive": 191, "test_eval": 157, "test_dryrun": 122,
+                 "test_package": 103, "test_pipelined_decoding": 66, "test_fewshot": 61, "test_fast_step": 60}
 
 def _group(item) -> str:
     "The xdist group of a collected test."
