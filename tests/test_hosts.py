@@ -170,9 +170,9 @@ def job_log(rd, job) -> str:
 
 def update_job(cluster, job, *updates):
     """An operator's `scontrol update` of a requeued job. It starts when Slurm's hold after a requeue ends (CRED_EXPIRE
-    + 1 s, 91 s here), never earlier: an RPC of the ended run that slurmctld could not deliver on time (a loaded host)
-    is retried once the host answers, and would end the new run if it had started at once (seen on a loaded CI run:
-    the job ended before its batch script printed a line)."""
+    + 1 s, 91 s here), never earlier. Released at once, a requeued job ended on a loaded CI run before its batch
+    script printed a line; the likely cause is the one that hold exists for: an RPC of the ended run that slurmctld
+    could not deliver on time, retried once the host answers, reaching the new run."""
     if updates: cluster.client("scontrol", "update", f"jobid={job}", *updates)
 
 
