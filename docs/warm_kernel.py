@@ -3,7 +3,8 @@ once, then forks a fresh kernel for each notebook, so each notebook pays neither
 import (about 3 s of CPU a notebook here). Nothing a notebook does reaches another: each kernel is a new process
 forked from the zygote, which never runs notebook code. What differs from a reader's kernel, and why it is safe:
 - torch is in `sys.modules` before the first cell. Its import is checked silent in the zygote (no stdout, stderr or
-  warning, else the zygote serves no kernel), so a notebook cannot hide an import-time message that way; the warning
+  warning, else the zygote serves no kernel), so a notebook cannot hide an import-time message that way; it must
+  leave one thread (a BLAS pool started before the fork would be missing in the kernel); the warning
   filters torch's import adds are dropped in each kernel (a kernel shows more warnings than a reader's, never fewer).
 - The kernel's environment is the one the notebook was started with; a kernel whose environment differs from the
   zygote's (variables read when torch loads: threads, CPU paths) is refused and started the usual way instead.
@@ -84,13 +85,25 @@ def _kernel(msg: dict, fds: list, filters: list):
         except Exception: pass
     os._exit(code)
 
+def _threads() -> int:
+    "This process's threads (a fork copies only the one that forks)."
+    try: return len(os.listdir("/proc/self/task"))
+    except FileNotFoundError: import threading; return threading.active_count()
+
+def _unfit(noise: str, threads: int) -> str | None:
+    "Why the zygote may not serve: torch's import printed something, or it left threads a fork would not copy."
+    if noise: return f"torch's import printed: {noise[-300:]}"
+    if threads > 1: return f"{threads} threads after torch's import (a fork keeps one): set OMP_NUM_THREADS=1"
+    return None
+
 def serve(path: str):
-    "The zygote: preload, say whether it may serve (ready or noisy), then fork one kernel per request."
+    "The zygote: preload, say whether it may serve (ready, else why not), then fork one kernel per request."
     filters, noise = _preload()
+    unfit = _unfit(noise, _threads())
     env = _comparable(dict(os.environ))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path); listener.listen(16)
-    print(json.dumps({"ready": not noise, "noise": noise[-2000:]}), flush=True)
+    print(json.dumps({"ready": unfit is None, "why": unfit, "noise": noise[-2000:]}), flush=True)
     sel, kids = selectors.DefaultSelector(), {}          # kids: pid -> the client's connection
     sel.register(listener, selectors.EVENT_READ)
     sel.register(sys.stdin, selectors.EVENT_READ)        # closed by WarmKernels: the zygote ends
@@ -103,7 +116,7 @@ def serve(path: str):
             elif key.fileobj is listener:
                 conn, _ = listener.accept()
                 msg, fds = _recv(conn, 3)
-                why = None if msg is None or noise == "" else f"torch's import printed: {noise[-300:]}"
+                why = None if msg is None else unfit
                 if msg is not None and why is None and _comparable(msg["env"]) != env:
                     a, b = _comparable(msg["env"]), env
                     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
@@ -171,8 +184,8 @@ class WarmKernels:
             "env": {SOCKET_ENV: sock}, "interrupt_mode": "signal", "metadata": {"debugger": True}}))
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve", sock], env=env,
                                      cwd=str(self.dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        status = json.loads(self.proc.stdout.readline() or '{"ready": false, "noise": "the zygote did not start"}')
-        self.ready, self.noise = status["ready"], status["noise"]
+        status = json.loads(self.proc.stdout.readline() or '{"ready": false, "why": "the zygote did not start"}')
+        self.ready, self.why = status["ready"], status["why"]
         from jupyter_client import AsyncKernelManager
         from jupyter_client.kernelspec import KernelSpecManager
         kernel_dirs = [str(self.dir / "kernels")]

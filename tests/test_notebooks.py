@@ -3,7 +3,7 @@ new kernel as nbdev's test runner would (`#| eval: false` cells are not run; the
 imported torch, docs/warm_kernel.py, and checked to start as a fresh one), and compared cell by cell with what
 is committed (docs/build.py: `make outputs` writes them). A notebook too slow for the suite carries the outputs
 `make outputs` made and a fingerprint of what made them (docs/outputs.json), checked here."""
-import json, re, shutil, sys
+import json, os, re, shutil, sys
 import pytest
 from conftest import ROOT
 
@@ -20,9 +20,9 @@ ANOTHER_CPU = {"04_pipeline": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "CO
 @pytest.fixture(scope="module")
 def warm():
     """The zygote each notebook's kernel is forked from (docs/warm_kernel.py: torch imported once, not per notebook);
-    None (fresh kernels) when torch's import is not silent there."""
+    None (fresh kernels) when it may not serve (torch's import printed something or left a thread)."""
     with warm_kernel.WarmKernels(docs_build.kernel_env()) as w:
-        if not w.ready: print(f"fresh kernels: torch's import printed {w.noise!r}", file=sys.stderr)
+        if not w.ready: print(f"fresh kernels: {w.why}", file=sys.stderr)
         yield w if w.ready else None
 
 @pytest.mark.slow                  # every notebook, each in a new kernel: about 10 minutes
@@ -61,7 +61,7 @@ def test_a_kernel_forked_from_the_zygote_starts_as_a_fresh_one(tmp_path, warm):
     lacks, numpy's random state its own; controls: the names show in the kernel that set them, and a kernel asked
     for with another environment is started fresh (its parent is the client, not the zygote)."""
     import nbformat
-    assert warm is not None, "torch's import is not silent in the zygote (docs/warm_kernel.py): fresh kernels only"
+    assert warm is not None, "the zygote may not serve (docs/warm_kernel.py): fresh kernels only"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PROBE])
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
     nbformat.write(nb, tmp_path / "probe.ipynb")
@@ -77,6 +77,16 @@ def test_a_kernel_forked_from_the_zygote_starts_as_a_fresh_one(tmp_path, warm):
     assert len({a[4], b[4], fresh[4]}) == 3                              # numpy's global state not shared
     other = run(warm=warm, env={"MKL_CBWR": "COMPATIBLE"})               # control: MKL reads it when torch loads
     assert other[0] == "forked False\n" and "('MKL_CBWR', 'COMPATIBLE')" in other[1]
+
+def test_a_zygote_with_a_thread_a_fork_would_drop_refuses_to_serve():
+    """A fork copies only the thread that forks: a zygote whose torch import started a BLAS pool (OpenBLAS without
+    OMP_NUM_THREADS=1 on two or more cores) serves no kernel; the suite's own environment leaves it one thread."""
+    assert os.cpu_count() >= 2, "OpenBLAS starts no pool on one core: this control needs two"
+    assert warm_kernel._unfit("", 1) is None and "threads" in warm_kernel._unfit("", 2)
+    env = {k: v for k, v in docs_build.kernel_env().items() if k != "OMP_NUM_THREADS"}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    with warm_kernel.WarmKernels(env) as pooled:
+        assert not pooled.ready and "2 threads after torch's import" in pooled.why, pooled.why
 
 def _last_digit_moved(text: str) -> str:
     "Each printed decimal of `text` one unit larger in its last digit (as another CPU's rounding may print it)."
