@@ -14,10 +14,11 @@ from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
-           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'quiet_megatron', 'parse_partition',
-           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
-           'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group', 'broadcast_waiting',
-           'from_leader', 'gather_waiting', 'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'STARTUP_S', 'quiet_megatron',
+           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
+           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group',
+           'broadcast_waiting', 'from_leader', 'gather_waiting', 'wait_for_every_rank', 'launch_store',
+           'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -320,6 +321,43 @@ def _stop_watch():
     if _HEARTBEAT is not None: _HEARTBEAT.stop()
     _WAIT_GROUP, _HEARTBEAT = None, None
 
+# %% ../nbs/02_topology.ipynb #5a7d0c02
+STARTUP_S = 1800                # how long the first rank waits for the last at start-up (at least timeout_s)
+
+def wait_for_every_rank(store, rank: int, world: int, wait: timedelta, key: str = "mtnlg/started"):
+    "Return once `world` ranks called this with `key` on `store`; after `wait` without them, one error saying who."
+    store.set(f"{key}/{rank}", "1")
+    if store.add(key, 1) == world: store.set(f"{key}/all", "1")
+    deadline, pause = time.monotonic() + wait.total_seconds(), 0.05
+    while not store.check([f"{key}/all"]):           # polled, doubling to 1 s: a timed-out wait would print to stderr
+        if time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(1.0, 2 * pause)
+            continue
+        arrived = store.add(key, 0)
+        missing = [r for r in range(world) if not store.check([f"{key}/{r}"])] if rank == 0 else []
+        listed = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+        named = f" (not: ranks {listed})" if missing else ""
+        raise RuntimeError(f"{arrived} of {world} ranks started within {wait.total_seconds():g} s{named}: the others' "
+                           "hosts are down or still importing, or they joined another launch (MASTER_ADDR, "
+                           "MASTER_PORT); raise mtnlg.topology.STARTUP_S for a slow shared file system")
+
+
+# %% ../nbs/02_topology.ipynb #5a7d0c06
+_STARTS = 0                     # process groups this process has started (each waits on its own key)
+
+def launch_store(rank: int, world: int, timeout_s: float):
+    "The launch's store (env://: torchrun's agent's, else rank 0's) once every rank reached it; then `timeout_s`."
+    global _STARTS
+    wait = timedelta(seconds=max(timeout_s, STARTUP_S))
+    store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=wait))
+    _STARTS += 1
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    wait_for_every_rank(store, rank, world, wait, key=f"mtnlg/started/{attempt}/{_STARTS}")
+    store.set_timeout(timedelta(seconds=timeout_s))
+    return store
+
+
 # %% ../nbs/02_topology.ipynb #da037aaa
 _TOPO: Topology | None = None
 _ENV_SET: list[str] = []        # launcher variables this process set for itself (1-process runs)
@@ -373,7 +411,8 @@ def init_distributed(parallel: ParallelConfig, timeout_s: float | None = None, r
                                     timeout=timedelta(seconds=timeout_s))
         else:
             env.setdefault("MASTER_ADDR", "127.0.0.1")
-            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+            store = dist.PrefixStore("default_pg", launch_store(rank, world, timeout_s))   # as env:// makes it
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                                     timeout=timedelta(seconds=timeout_s))
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False,
                                timeout=timedelta(seconds=timeout_s))

@@ -33,6 +33,7 @@ COMPUTED = {
     ("09_jobs", "checkpoint_cost(cfg530)"): "a 530B checkpoint's write time at an assumed bandwidth",
     ("09_jobs", "render_sbatch(TESTNB"): "--time and --requeue-grace, and errors naming them",
     ("05b_curation", "steps_mb_per_cpu_s"): "a scale estimate from the throughputs recorded in RESULTS.md",
+    ("02_topology", "a-launch-of-three"): "the start-up wait the cell sets (1 s), named in its error",
 }
 # Outputs of notebooks remade outside the suite (`make outputs STEMS=12_demo_report`) that still show a run's
 # timings: (notebook, text of the cell's source) -> what to change there; the entry goes when the cell is fixed.
