@@ -76,6 +76,9 @@ ReturnToService=2
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+# backfill every second (default 30 s; the main pass runs every 60 s): a requeued job, held for cred_expire, starts
+# as soon as it may, not at the next pass
+SchedulerParameters=bf_interval=1
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0

@@ -196,10 +196,19 @@ def test_mock_and_paper_blend():
     assert abs(df.loc["Books3", "epochs"] - 1.5) < 0.05 and abs(df.loc["Pile-CC", "epochs"] - 0.5) < 0.05
 
 
-def test_cli(tmp_path, fixture_data):
+def test_cli(tmp_path, fixture_data, monkeypatch):
+    "`mtnlg data`'s actions, run by the CLI's `main` in this process; the console script as a process on a refusal."
+    # in-process: torch and megatron-core are imported once, not by 8 processes of their own (most of the test's time)
+    import contextlib, io
+    from mtnlg.cli import main
+    for k in ("MTNLG_VERBOSE", "PYTHONWARNINGS"): monkeypatch.setenv(k, os.environ.get(k, ""))   # main() sets them
     def run(*a):
-        return subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "data", *map(str, a)], capture_output=True, text=True,
-                              cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err): rc = main(["data", *map(str, a)])
+        return subprocess.CompletedProcess(a, rc, out.getvalue(), err.getvalue())
+    def script(*a):
+        return subprocess.run([str(Path(sys.executable).parent / "mtnlg"), "data", *map(str, a)], capture_output=True,
+                              text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     r = run("curate", f"speech={fixture_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur")
     assert r.returncode == 2 and "2005-Bush.txt:10: byte 0xa1 is not UTF-8" in r.stderr   # real data has a Latin-1 byte
     assert not (tmp_path / "cur/curated").exists()
@@ -219,7 +228,7 @@ def test_cli(tmp_path, fixture_data):
     r = run("stats", "paper", "--plot", tmp_path / "p.png"); assert r.returncode == 0 and (tmp_path / "p.png").exists()
     r = run("tokenize", tmp_path / "missing.jsonl", "--out", tmp_path / "x")
     assert r.returncode == 2 and "missing.jsonl does not exist" in r.stderr
-    r = run("curate", f"speech={fixture_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur3", "--key-threshold", 0)
+    r = script("curate", f"speech={fixture_data}/corpus/us_speeches/inaugural", "--out", tmp_path / "cur3", "--key-threshold", 0)
     assert r.returncode == 2 and "key_threshold >= 1" in r.stderr and not (tmp_path / "cur3").exists(), r.stderr
 
 
