@@ -3,7 +3,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/demo_corpus_cap.py [CAP ...] [--json NAME]
 
-Other caps can be given (e.g. `500000 400000 --json demo_corpus_cap_400k.json`: the test's old cap and its new one).
+Other caps can be given (e.g. `500000 400000 --json demo_corpus_cap_400k.json`: the test's old cap and its
+new one).
 
 The fetched files (`<cache>/sources/raw`, left by an earlier demo) are copied into a fresh cache folder for each, so
 nothing is downloaded and each corpus is curated, decontaminated against tests/data/eval and tokenized from scratch.
@@ -21,7 +22,8 @@ KEPT = ("docs_in", "exact_dups", "fuzzy_dups", "scored", "low_quality", "docs_ou
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("caps", nargs="*", type=int, default=list(CAPS), help="bytes of text a source, each in turn")
+    ap.add_argument("caps", nargs="*", type=int, default=list(CAPS),
+                    help="bytes of text a source, each in turn")
     ap.add_argument("--json", default="demo_corpus_cap.json", help="the file written under benchmarks/")
     args = ap.parse_args()
     rows = []

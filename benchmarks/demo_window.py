@@ -1,11 +1,11 @@
-"""How long the short demo test's few-shot prompts are: each task's 5-shot prompt (longest option) per document, in
-GPT-2 tokens, for the first 10 documents, against the demo model's 768-token window; so a smaller --limit can be
-chosen that keeps the window check (`docs_over_window == 0`) as strong: its longest prompts still in it.
+"""How long the short demo test's few-shot prompts are: each task's 5-shot prompt (longest option) per document,
+in GPT-2 tokens, for the first 10 documents, against the demo model's 768-token window; so a smaller --limit can
+be chosen that keeps the window check (`docs_over_window == 0`) as strong: its longest prompts still in it.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/demo_window.py
 
-lm-eval builds the prompts exactly as `mtnlg demo` does (the same task configs, seeds, shots from the same split);
-nothing is scored (no model: every log-likelihood is 0). Writes benchmarks/demo_window.json.
+lm-eval builds the prompts exactly as `mtnlg demo` does (the same task configs, seeds, shots from the same
+split); nothing is scored (no model: every log-likelihood is 0). Writes benchmarks/demo_window.json.
 """
 import json
 from pathlib import Path

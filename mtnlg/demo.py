@@ -126,9 +126,9 @@ def cli_parser(parser):
 
 def cli_run(args) -> int:
     "`mtnlg demo`."
-    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh, report=not args.no_report,
-                  sources=args.sources, max_docs=args.max_docs, max_bytes=args.max_bytes,
-                  eval_interval=args.eval_interval)
+    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh,
+                  report=not args.no_report, sources=args.sources, max_docs=args.max_docs,
+                  max_bytes=args.max_bytes, eval_interval=args.eval_interval)
     except (EvalError, DataError, ConfigError, JobError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1
