@@ -145,7 +145,7 @@ VOCABULARY = {
     "--checkpoint-activations": ("train, plan", "activation checkpoint interval in layers"),
     "--zero": ("train, plan", "the ZeRO stage over data parallelism"),
     "--save-interval": ("train", "steps between checkpoints"),
-    "--eval-interval": ("train", "steps between validation losses"),
+    "--eval-interval": ("train, demo", "steps between validation losses"),
     "--timeout-s": ("train", "seconds a collective waits for a stuck rank"),
     "--keep-last": ("train", "complete checkpoints kept"),
     "--resume": ("train", "continue the run in --out from its latest checkpoint"),
@@ -203,6 +203,7 @@ VOCABULARY = {
     "--weights": ("data blend", "the blend's weights"),
     "--budget": ("data blend, data stats", "training tokens, for the epochs column"),
     "--fresh": ("demo", "delete --out first"),
+    "--no-report": ("demo", "skip the report notebook"),
     # planning
     "--cluster": ("plan", "the node type"),
     "--nodes": ("plan, job submit", "nodes of the job"),

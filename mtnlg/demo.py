@@ -23,9 +23,10 @@ __all__ = ['REPORT_NOTEBOOK', 'DEMO_TASKS', 'demo_config', 'run_demo', 'cli_pars
 REPORT_NOTEBOOK = "12_demo_report"      # the report: shipped in the package (`find_notebook`), or a clone's nbs/
 DEMO_TASKS = "lambada,piqa,hellaswag"
 
-def demo_config(blend, steps: int | None = None, **overrides) -> RunConfig:
-    "The `demo` preset training on `blend` (optionally shorter)."
-    ov = {"data": str(blend), "data.split": "90,8,2", **({"steps": steps} if steps else {}), **overrides}
+def demo_config(blend, steps: int | None = None, eval_interval: int | None = None, **overrides) -> RunConfig:
+    "The `demo` preset training on `blend` (optionally shorter, or validating more often)."
+    ov = {"data": str(blend), "data.split": "90,8,2", **({"steps": steps} if steps else {}),
+          **({"eval_interval": eval_interval} if eval_interval else {}), **overrides}
     return load_config("demo", overrides=ov)
 
 def _stage(i, n, what, log):
@@ -71,6 +72,7 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
              sources: str = "pypi",
              max_docs: int = 2000,         # at most this many documents from each source
              max_bytes: int = 3_000_000,   # and this many bytes of text (a smaller corpus curates sooner)
+             eval_interval: int | None = None,   # steps between validation losses (None: the preset's 10)
              ) -> dict:
     "Corpus of `sources` -> blend -> tokenize -> 3D-parallel bf16 training -> evaluation -> report, into `out`."
     check_demo_sources(sources)                                                # the corpus's sources,
@@ -88,7 +90,7 @@ def run_demo(out="runs/demo", steps: int | None = None, eval_limit: int = 100, s
                                 log=log)
     times["corpus_s"] = round(time.time() - t, 1)
 
-    cfg, run = demo_config(blend, steps), out / "train"
+    cfg, run = demo_config(blend, steps, eval_interval), out / "train"
     _check_run_corpus(run, blend)
     p = cfg.parallel
     t = _stage(2, 4, f"train: {cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, TP{p.tp} x PP{p.pp} x DP{p.dp} "
@@ -124,8 +126,9 @@ def cli_parser(parser):
 
 def cli_run(args) -> int:
     "`mtnlg demo`."
-    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh, sources=args.sources,
-                  max_docs=args.max_docs, max_bytes=args.max_bytes)
+    try: run_demo(args.out, args.steps, args.limit, args.shots, args.tasks, args.fresh,
+                  report=not args.no_report, sources=args.sources, max_docs=args.max_docs,
+                  max_bytes=args.max_bytes, eval_interval=args.eval_interval)
     except (EvalError, DataError, ConfigError, JobError) as e: print(f"mtnlg demo: {e}", file=sys.stderr); return 2
     except TrainingError as e:
         print(f"{e}\nRerun `make demo` to continue from the last checkpoint.", file=sys.stderr); return 1

@@ -295,11 +295,15 @@ def demo_flags(parser):
     parser.add_argument("--out", default="runs/demo", metavar="DIR", help="the demo's folder to write (its run, "
                         "evaluation and report)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the demo preset's)")
+    parser.add_argument("--eval-interval", type=int, default=None, help="steps between validation losses "
+                        "(default: the demo preset's)")
     parser.add_argument("--limit", type=int, default=100, help="first N documents of each evaluation task")
     renamed(parser, "--eval-limit", "--limit", "limit", type=int)
     parser.add_argument("--shots", default="0,1,5", help="comma-separated shot counts")
     parser.add_argument("--tasks", default=DEMO_TASKS, help="comma-separated evaluation tasks")
     parser.add_argument("--fresh", action="store_true", help="delete --out first (the corpus cache is kept)")
+    parser.add_argument("--no-report", action="store_true", help="skip stage 4, the report notebook "
+                        "(the run, evaluation and demo.json are written all the same)")
     sources_flag(parser)
     parser.add_argument("--max-docs", type=int, default=2000, help="at most this many documents from each source")
     parser.add_argument("--max-bytes", type=int, default=3_000_000, help="at most this many bytes of text from each "
