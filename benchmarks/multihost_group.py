@@ -25,6 +25,7 @@ def main():
     ap = argparse.ArgumentParser(description="Seconds of each test of the multi-host group, into a JSON file.")
     ap.add_argument("out", help="the JSON file to write, under benchmarks/")
     ap.add_argument("--log", help="a saved output of the same pytest command (else the group runs now)")
+    ap.add_argument("--note", default="", help="how the run was made (the machine's load, the commit)")
     a = ap.parse_args()
     cmd = [sys.executable, "-m", "pytest", *FILES, "--durations=0", "-p", "no:cacheprovider"]
     if a.log: text = Path(a.log).read_text()
@@ -34,7 +35,7 @@ def main():
     summary = [l for l in text.splitlines() if re.search(r"\b(passed|failed)\b.* in [\d.]+s", l)]
     tests = {t: dict(d, total=round(sum(d.values()), 2)) for t, d in per.items()}
     record = {"command": " ".join(cmd[1:]), "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "cores": os.cpu_count(), "load_1min": os.getloadavg()[0], "summary": summary[-1] if summary else "",
+              "cores": os.cpu_count(), "load_1min_at_end": None if a.log else os.getloadavg()[0], "summary": summary[-1] if summary else "", "note": a.note,
               "work_s": round(sum(d["total"] for d in tests.values()), 1),
               "tests": dict(sorted(tests.items(), key=lambda kv: -kv[1]["total"]))}
     Path(ROOT / "benchmarks" / a.out).write_text(json.dumps(record, indent=1) + "\n")
