@@ -172,6 +172,9 @@ class MultiHostSlurm:
     def _wait(self, what: str, ok, timeout: float, watch=None):
         "Poll `ok()` until true; fail early when a daemon in `watch` (default: all) has exited."
         end = time.monotonic() + timeout
+        # every 0.25 s at first, then less often, up to once a second: a poll is often a Slurm client (a process),
+        # and jobs wait minutes (Slurm's hold after a requeue, a hung rank's timeout) on a machine of 2 cores
+        pause = 0.25
         while time.monotonic() < end:
             for name in (self.procs if watch is None else watch):
                 p = self.procs.get(name)
@@ -179,7 +182,8 @@ class MultiHostSlurm:
                     raise RuntimeError(f"{name} exited with {p.returncode} while waiting for {what}:\n"
                                        f"{self.logs()}")
             if ok(): return
-            time.sleep(0.25)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
         raise RuntimeError(f"timed out after {timeout}s waiting for {what}:\n{self.logs()}")
 
     def wait_until(self, what: str, ok, timeout: float):

@@ -10,12 +10,17 @@ the losses of the same layout change on one host. `mtnlg eval` and `mtnlg genera
 exactly 8 and 4 ranks, placed by the rule, with the one-host results; bad input refused before any rank starts; a
 study's session listens on loopback unless its ranks span hosts.
 The one-host references run outside Slurm on this machine. Runs are tiny (6 steps of the `tiny` preset, fp32).
+
+Slurm holds a requeued job CRED_EXPIRE + 1 s (91 s) before it starts again, and a stopped rank is named after its
+watcher's timeout: idle waits, filled with the module's other work. The host death's hold makes the one-host
+references; the time-limit test's job is submitted when the host death test is over and driven by a thread
+(`TimeLimitJob`) while the next tests run: the two-process checkpoint test during its stopped rank, the eval/generate
+and bad-input jobs in its first hold, the session's job in its second; its own test, last, collects its checks.
 """
-import collections, json, os, shutil, subprocess, sys, time
+import collections, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
 import pytest
 from conftest import ROOT, LAUNCHER_VARS
-from multihost import CRED_EXPIRE
 from mtnlg.jobs import PlacementError, place
 from mtnlg.train import read_metrics, latest_checkpoint
 
@@ -84,44 +89,6 @@ def test_placement_rule():
     assert place(4, 2, 2, env={}).nodes == 1                                   # one CPU host outside Slurm takes all
 
 
-# ---------------------------------------------------------------- which checkpoint (two ranks, two views)
-
-def test_rank0_picks_the_checkpoint_and_every_rank_must_see_it_alike(tmp_path):
-    "Ranks whose views of the run folder differ: rank 0's pick wins over a stale `latest`; other files are refused."
-    import torch
-    from mtnlg.config import load_config
-    from mtnlg.checkpoint import write_weights
-    from mtnlg.model import full_shapes
-    from subworld import launch
-    cfg = load_config("tiny", overrides=dict(vocab=512, pad_vocab_to=128))
-    base = tmp_path / "run"
-    for step in (2, 4):
-        write_weights(base / "checkpoints" / f"step{step:08d}", cfg,
-                      lambda n: torch.full(full_shapes(cfg.model)[n], float(step)),
-                      dict(step=step, consumed_samples=8 * step))
-    views = {}
-    for name, change in [("stale_latest", lambda r: (r / "checkpoints" / "latest").write_text("step00000002")),
-                         ("other_state", lambda r: (r / "checkpoints/step00000004/train_state.json").write_text("{}")),
-                         ("not_there_yet", lambda r: shutil.rmtree(r / "checkpoints/step00000004"))]:
-        views[name] = tmp_path / name
-        shutil.copytree(base, views[name])
-        change(views[name])
-    plan = [[{"name": name, "ranks": [0, 2], "per_rank": True, "runs": [str(base), str(views.get(name, base))]}]
-            for name in ("same", "stale_latest", "other_state", "not_there_yet")]
-    (tmp_path / "out").mkdir()
-    p, got = launch(ROOT / "tests" / "resume_worker.py", plan, tmp_path / "out", nprocs=2, timeout=600)
-    assert p.returncode == 0 and not got["errors"], p.stderr[-3000:] + "\n".join(got["errors"])
-    by_job = {name: sorted(rs, key=lambda r: r["rank"]) for name, rs in got["ranks"].items()}
-    assert [r["picked"] for r in by_job["same"]] == ["step00000004"] * 2
-    # rank 1 alone would resume step 2 (positive control); it follows rank 0's pick
-    assert [(r["alone"], r["picked"]) for r in by_job["stale_latest"]] == [("step00000004", "step00000004"),
-                                                                           ("step00000002", "step00000004")]
-    for name in ("other_state", "not_there_yet"):             # refused on every rank, naming rank 1
-        said = [r.get("refused", "") for r in by_job[name]]
-        assert all("ranks 1 (" in m and "see checkpoint" in m and "step00000004 unlike rank 0" in m for m in said), said
-        assert [r.get("picked") for r in by_job[name]] == [None, None]
-
-
 # ---------------------------------------------------------------- runs on the cluster
 
 @pytest.fixture(scope="module")
@@ -146,6 +113,20 @@ def reference_shrunk(reference, tmp_path_factory):
     p = mtnlg("train", "--out", run, "--resume", "--dp", 1, "--no-progress", env=local_env())
     assert p.returncode == 0, p.stderr[-3000:]
     return run
+
+
+@pytest.fixture(scope="module")
+def one_host_infer(reference, tmp_path_factory):
+    "`mtnlg eval` and `mtnlg generate` of the reference on this machine outside Slurm, one process: the folder."
+    one = tmp_path_factory.mktemp("one_host")
+    prompts = one / "prompts.txt"
+    prompts.write_text("The first\nA tiny model\n")
+    e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--eval-dir", HANS,
+               "--log-samples", "--out", one / "eval", env=local_env())
+    g1 = mtnlg("generate", "--checkpoint", reference, "--prompts", prompts, "--max-new-tokens", 6, "--quiet",
+               "--out", one / "generate.json", env=local_env())
+    assert e1.returncode == 0 and g1.returncode == 0, e1.stderr[-2000:] + g1.stderr[-2000:]
+    return one
 
 
 def cluster_env(cluster, **extra) -> dict:
@@ -203,8 +184,9 @@ def test_training_job_across_two_hosts_equals_the_one_host_run_and_resumes_after
     assert c.job(job)["JobState"] == "PENDING", "the job must not run while one of its 2 hosts is down"
     c.restart_slurmd("h2")
     # Slurm holds the requeued job CRED_EXPIRE + 1 s (a retried RPC to the dead host lands first): this machine's
-    # CPUs are idle meanwhile, so the one-host reference of the time-limit test below is trained now
+    # CPUs are idle meanwhile, so the one-host references of the tests below are made now
     request.getfixturevalue("reference_shrunk")
+    request.getfixturevalue("one_host_infer")
     info = c.wait_job(job, timeout=900)
     log = job_log(rd, job)
     assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and info["NodeList"] == "h[1-2]", log[-3000:]
@@ -218,61 +200,44 @@ def test_training_job_across_two_hosts_equals_the_one_host_run_and_resumes_after
     assert c.node_states() == {"h1": "idle", "h2": "idle"}
 
 
-@pytest.mark.slow
-def test_a_stopped_rank_then_the_time_limit_signal_requeue_the_job_which_continues_on_one_host(
-        multihost_cluster, reference, reference_shrunk, tmp_path):
-    """One job's life, three starts on the cluster. 1: rank 5 (on h2) stops itself (SIGSTOP) inside step 3; its
-    watcher names it and the job requeues itself. 2: it resumes from step 2 on both hosts; after step 3 comes the
-    time-limit signal: the ranks write step 3 (not a save_interval step) and the job requeues itself again. 3: given
-    one host, it continues from step 3 at TP2 x PP2 x DP1 with the losses of the same layout change on one host."""
-    c = multihost_cluster
-    job, rd = submit_training(c, tmp_path, "hung", "--requeue",
-                              env_extra={"MTNLG_INJECT_HANG": "3:5", "MTNLG_INJECT_STALL": "3"},
-                              overrides=dict(OVERRIDES, timeout_s=90))
-    run = rd / "train"
-    # 1. the stopped rank: rank 0 never ends step 3 (it waits on rank 5's pipeline), so it does not stall in it
-    info = c.wait_job(job, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING"
-                      or i["JobState"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=900)
-    log = job_log(rd, job)
-    assert info.get("Restarts") == "1" and info["JobState"] == "PENDING", log[-4000:]
-    assert (run / "hung-3").read_text() == "h2" and not (run / "stalled-3").exists()   # rank 5 stopped on h2
-    said = [l for l in log.splitlines() if "has not answered for" in l]
-    assert said and said[0].startswith("mtnlg: rank 5 on host h2 has not answered for"), log[-4000:]
-    assert f"requeueing job {job}: it resumes from step00000002" in log, log[-4000:]
-    # 2. after Slurm's hold it resumes on both hosts; after step 3 the time-limit signal
-    ended = lambda: c.job(job)["JobState"] in ("FAILED", "COMPLETED", "CANCELLED")
-    c.wait_until("step 3 of the second run", lambda: (run / "stalled-3").exists() or ended(), 900 + CRED_EXPIRE)
-    assert (run / "stalled-3").exists(), f"{c.job(job)}\n{job_log(rd, job)[-4000:]}\n{c.logs(30)}"
-    try:
-        c.client("scontrol", "update", "nodename=h2", "state=drain", "reason=mtnlg-test")  # h2 leaves after this job
-        # what Slurm does `grace` seconds before the time limit (sbatch --signal=B:USR1@grace)
-        c.client("scancel", "--batch", "--signal=USR1", job)
-        info = c.wait_job(job, until=lambda i: i.get("Restarts") == "2" and i["JobState"] == "PENDING"
-                          or i["JobState"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=300)
-        assert info.get("Restarts") == "2" and info["JobState"] == "PENDING", job_log(rd, job)[-4000:]
-        # 3. the requeued job asks for 2 nodes and only h1 is left: an operator lets it run on one. NumCPUs too: Slurm
-        # keeps the job's 8 CPUs (2 nodes x 4 tasks) after NumNodes=1 NumTasks=4 ('setting min_nodes from 2 to 1'),
-        # which only 2 hosts of 4 CPUs hold, and the job stays PENDING (ReqNodeNotAvail, UnavailableNodes:h2)
-        update_job(c, job, "NumNodes=1", "NumTasks=4", "NumCPUs=4")
-        info = c.wait_job(job, timeout=900 + CRED_EXPIRE)
-    finally:
-        c.client("scontrol", "update", "nodename=h2", "state=resume", check=False)
-    log = job_log(rd, job)
-    assert info["JobState"] == "COMPLETED" and info["NodeList"] == "h1" and info["Restarts"] == "2", log[-3000:]
-    assert "Timed out waiting" not in log                   # the heartbeat ended run 1, not a collective's timeout
-    # the signal made the ranks write step 3 (not a save_interval step) before the requeue
-    assert "stopped by signal SIGUSR1 after step 3 of 6" in log and "time limit in sight" in log, log[-3000:]
-    first, second, third = starts(run)
-    assert [s["restart"] for s in (first, second, third)] == [0, 1, 2]
-    for s in (first, second):                               # torchrun: a host's 4 ranks are one block
-        assert collections.Counter(s["hosts"]) == {"h1": 4, "h2": 4} and blocks(s["hosts"]), s
-    assert (second["resumed_from"], third["resumed_from"], third["hosts"]) == ("step00000002", "step00000003",
-                                                                               ["h1"] * 4)
-    (change,) = [json.loads(l) for l in (run / "layout_changes.jsonl").read_text().splitlines()]
-    assert (change["before"], change["after"]) == (LAYOUT, dict(LAYOUT, dp=1)) and change["global_batch"] == 8
-    assert "layout tp2 x pp2 x dp2 -> tp2 x pp2 x dp1" in log
-    assert_losses_equal(run, reference, range(1, 4))           # step 3 after the hang's requeue, as uninterrupted
-    assert_losses_equal(run, reference_shrunk, range(4, 7))
+# ---------------------------------------------------------------- which checkpoint (two ranks, two views)
+# (no cluster: it runs while the time-limit job's first run waits on its stopped rank)
+
+def test_rank0_picks_the_checkpoint_and_every_rank_must_see_it_alike(tmp_path, request):
+    "Ranks whose views of the run folder differ: rank 0's pick wins over a stale `latest`; other files are refused."
+    time_limit_job_if_selected(request)     # on the cluster meanwhile: its first run waits out a stopped rank
+    import torch
+    from mtnlg.config import load_config
+    from mtnlg.checkpoint import write_weights
+    from mtnlg.model import full_shapes
+    from subworld import launch
+    cfg = load_config("tiny", overrides=dict(vocab=512, pad_vocab_to=128))
+    base = tmp_path / "run"
+    for step in (2, 4):
+        write_weights(base / "checkpoints" / f"step{step:08d}", cfg,
+                      lambda n: torch.full(full_shapes(cfg.model)[n], float(step)),
+                      dict(step=step, consumed_samples=8 * step))
+    views = {}
+    for name, change in [("stale_latest", lambda r: (r / "checkpoints" / "latest").write_text("step00000002")),
+                         ("other_state", lambda r: (r / "checkpoints/step00000004/train_state.json").write_text("{}")),
+                         ("not_there_yet", lambda r: shutil.rmtree(r / "checkpoints/step00000004"))]:
+        views[name] = tmp_path / name
+        shutil.copytree(base, views[name])
+        change(views[name])
+    plan = [[{"name": name, "ranks": [0, 2], "per_rank": True, "runs": [str(base), str(views.get(name, base))]}]
+            for name in ("same", "stale_latest", "other_state", "not_there_yet")]
+    (tmp_path / "out").mkdir()
+    p, got = launch(ROOT / "tests" / "resume_worker.py", plan, tmp_path / "out", nprocs=2, timeout=600)
+    assert p.returncode == 0 and not got["errors"], p.stderr[-3000:] + "\n".join(got["errors"])
+    by_job = {name: sorted(rs, key=lambda r: r["rank"]) for name, rs in got["ranks"].items()}
+    assert [r["picked"] for r in by_job["same"]] == ["step00000004"] * 2
+    # rank 1 alone would resume step 2 (positive control); it follows rank 0's pick
+    assert [(r["alone"], r["picked"]) for r in by_job["stale_latest"]] == [("step00000004", "step00000004"),
+                                                                           ("step00000002", "step00000004")]
+    for name in ("other_state", "not_there_yet"):             # refused on every rank, naming rank 1
+        said = [r.get("refused", "") for r in by_job[name]]
+        assert all("ranks 1 (" in m and "see checkpoint" in m and "step00000004 unlike rank 0" in m for m in said), said
+        assert [r.get("picked") for r in by_job[name]] == [None, None]
 
 
 INFER_SCRIPT = """#!/bin/bash
@@ -286,22 +251,16 @@ echo "generate rc=$?"
 """
 
 @pytest.mark.slow
-def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, tmp_path):
-    c = multihost_cluster
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("The first\nA tiny model\n")
+def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, one_host_infer, tmp_path):
+    "The job's ranks and results against the same on one host outside Slurm, on one process (`one_host_infer`)."
+    c, one = multihost_cluster, one_host_infer
+    prompts = one / "prompts.txt"
     out = tmp_path / "two"
     out.mkdir()
     script = INFER_SCRIPT.format(root=ROOT, out=out, py=sys.executable, cli=CLI, run=reference, data=HANS,
                                  prompts=prompts)
+    # when the time-limit test's job runs (submitted before), this one starts in its first hold after a requeue
     job = c.submit(script, "-N", "2", "--ntasks-per-node=4", "--time=00:30:00", name="infer")
-    # meanwhile, the same on one host outside Slurm, on one process
-    one = tmp_path / "one"
-    e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--eval-dir", HANS,
-               "--log-samples", "--out", one / "eval", env=local_env())
-    g1 = mtnlg("generate", "--checkpoint", reference, "--prompts", prompts, "--max-new-tokens", 6, "--quiet",
-               "--out", one / "generate.json", env=local_env())
-    assert e1.returncode == 0 and g1.returncode == 0, e1.stderr[-2000:] + g1.stderr[-2000:]
     info = c.wait_job(job, timeout=900)
     log = c.output(job, "infer")
     assert info["JobState"] == "COMPLETED" and "eval rc=0" in log and "generate rc=0" in log, (
@@ -389,9 +348,12 @@ PYEOF
 """
 
 @pytest.mark.slow
-def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, reference, tmp_path):
+def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, reference, tmp_path,
+                                                                          request):
     "In a 2-node allocation of 2 tasks a node: TP2 runs on this node (loopback), TP2 x PP2 on both (the host name)."
     c = multihost_cluster
+    held = time_limit_job_if_selected(request)
+    if held: held.wait_held(2)                  # this job runs while Slurm holds the time-limit job a second time
     job = c.submit(SESSION_SCRIPT.format(root=ROOT, py=sys.executable, run=reference), "-N", "2",
                    "--ntasks-per-node=2", "--time=00:20:00", name="session")
     info = c.wait_job(job, timeout=900)
@@ -402,3 +364,117 @@ def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multiho
     # the batch host is h1: loopback, then h1's address on the cluster's network; rank 0 reached it both ways
     assert (one_node, two_nodes) == ("127.0.0.1", c.addresses["h1"])
     assert abs(float(lp1) - float(lp2)) < 1e-4
+
+
+# ---------------------------------------------------------------- one job's three starts (the time-limit signal)
+
+TIME_LIMIT_TEST = "test_a_stopped_rank_then_the_time_limit_signal_requeue_the_job_which_continues_on_one_host"
+
+
+class TimeLimitJob:
+    """The time-limit test's job, driven through its life by a thread from its submission on. Slurm holds it CRED_EXPIRE
+    + 1 s after each of its two requeues (see `update_job`); the other tests' jobs of this module run meanwhile."""
+    def __init__(self, cluster, runs):
+        self.c = cluster
+        self.job, self.rd = submit_training(cluster, runs, "hung", "--requeue",
+                                            env_extra={"MTNLG_INJECT_HANG": "3:5", "MTNLG_INJECT_STALL": "3"},
+                                            overrides=dict(OVERRIDES, timeout_s=90))
+        self.run = self.rd / "train"
+        self.held = {1: threading.Event(), 2: threading.Event()}   # requeued the 1st / 2nd time (or the thread ended)
+        self.info, self.error = None, None
+        self.thread = threading.Thread(target=self._drive, name=f"job {self.job}", daemon=True)
+        self.thread.start()
+
+    def wait_held(self, requeue: int):
+        "Return once the job is held after its `requeue`-th requeue (or its life ended early: its test says why)."
+        self.held[requeue].wait()
+
+    def result(self) -> dict:
+        "The job's last `scontrol show job` fields; the first failed check of its life is raised here."
+        self.thread.join()
+        if self.error is not None: raise self.error
+        return self.info
+
+    def _drive(self):
+        try: self.info = self._life()
+        except BaseException as e: self.error = e
+        finally:
+            for event in self.held.values(): event.set()
+
+    def _life(self) -> dict:
+        c, job, rd, run = self.c, self.job, self.rd, self.run
+        # 1. the stopped rank: rank 0 never ends step 3 (it waits on rank 5's pipeline), so it does not stall in it
+        info = c.wait_job(job, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING"
+                          or i["JobState"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=900)
+        log = job_log(rd, job)
+        assert info.get("Restarts") == "1" and info["JobState"] == "PENDING", log[-4000:]
+        self.held[1].set()
+        assert (run / "hung-3").read_text() == "h2" and not (run / "stalled-3").exists()   # rank 5 stopped on h2
+        said = [l for l in log.splitlines() if "has not answered for" in l]
+        assert said and said[0].startswith("mtnlg: rank 5 on host h2 has not answered for"), log[-4000:]
+        assert f"requeueing job {job}: it resumes from step00000002" in log, log[-4000:]
+        # 2. after Slurm's hold (and the jobs that run in it) it resumes on both hosts; after step 3 the time-limit
+        # signal
+        ended = lambda: c.job(job)["JobState"] in ("FAILED", "COMPLETED", "CANCELLED")
+        c.wait_until("step 3 of the second run", lambda: (run / "stalled-3").exists() or ended(), 1800)
+        assert (run / "stalled-3").exists(), f"{c.job(job)}\n{job_log(rd, job)[-4000:]}\n{c.logs(30)}"
+        # what Slurm does `grace` seconds before the time limit (sbatch --signal=B:USR1@grace)
+        c.client("scancel", "--batch", "--signal=USR1", job)
+        info = c.wait_job(job, until=lambda i: i.get("Restarts") == "2" and i["JobState"] == "PENDING"
+                          or i["JobState"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=300)
+        assert info.get("Restarts") == "2" and info["JobState"] == "PENDING", job_log(rd, job)[-4000:]
+        # 3. the requeued job asks for 2 nodes: an operator lets it run on one, h1 (h2 leaves it: ExcNodeList; the
+        # host stays up for the jobs that run in this hold). NumCPUs too: Slurm keeps the job's 8 CPUs (2 nodes x 4
+        # tasks) after NumNodes=1 NumTasks=4 ('setting min_nodes from 2 to 1'), which only 2 hosts of 4 CPUs hold,
+        # and the job would stay PENDING
+        update_job(c, job, "NumNodes=1", "NumTasks=4", "NumCPUs=4")
+        update_job(c, job, "ExcNodeList=h2")
+        self.held[2].set()
+        return c.wait_job(job, timeout=1800)
+
+
+def time_limit_job_if_selected(request) -> TimeLimitJob | None:
+    "The time-limit test's job (submitted now if not yet) when that test runs in this session, else None."
+    if not any(getattr(item, "originalname", item.name) == TIME_LIMIT_TEST for item in request.session.items):
+        return None
+    try: return request.getfixturevalue("time_limit_job")
+    except pytest.skip.Exception: return None        # no cluster here: the caller's own work goes on without it
+
+
+@pytest.fixture(scope="module")
+def time_limit_job(multihost_cluster, tmp_path_factory):
+    "The job of the time-limit test, submitted by the first test that asks (so that its waits overlap theirs)."
+    held = TimeLimitJob(multihost_cluster, tmp_path_factory.mktemp("time_limit"))
+    yield held
+    if held.thread.is_alive():          # its test did not run (a failure stopped the session): end the job and thread
+        multihost_cluster.client("scancel", held.job, check=False)
+        held.thread.join(300)
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_then_the_time_limit_signal_requeue_the_job_which_continues_on_one_host(
+        multihost_cluster, time_limit_job, reference, reference_shrunk):
+    """One job's life, three starts on the cluster. 1: rank 5 (on h2) stops itself (SIGSTOP) inside step 3; its
+    watcher names it and the job requeues itself. 2: it resumes from step 2 on both hosts; after step 3 comes the
+    time-limit signal: the ranks write step 3 (not a save_interval step) and the job requeues itself again. 3: given
+    one host, it continues from step 3 at TP2 x PP2 x DP1 with the losses of the same layout change on one host.
+    The job was submitted by the first test of this module that asked (`time_limit_job_if_selected`) and driven
+    through its life meanwhile (`TimeLimitJob`): here its checks are collected."""
+    c, job, rd, run = multihost_cluster, time_limit_job.job, time_limit_job.rd, time_limit_job.run
+    info = time_limit_job.result()
+    log = job_log(rd, job)
+    assert info["JobState"] == "COMPLETED" and info["NodeList"] == "h1" and info["Restarts"] == "2", log[-3000:]
+    assert "Timed out waiting" not in log                   # the heartbeat ended run 1, not a collective's timeout
+    # the signal made the ranks write step 3 (not a save_interval step) before the requeue
+    assert "stopped by signal SIGUSR1 after step 3 of 6" in log and "time limit in sight" in log, log[-3000:]
+    first, second, third = starts(run)
+    assert [s["restart"] for s in (first, second, third)] == [0, 1, 2]
+    for s in (first, second):                               # torchrun: a host's 4 ranks are one block
+        assert collections.Counter(s["hosts"]) == {"h1": 4, "h2": 4} and blocks(s["hosts"]), s
+    assert (second["resumed_from"], third["resumed_from"], third["hosts"]) == ("step00000002", "step00000003",
+                                                                               ["h1"] * 4)
+    (change,) = [json.loads(l) for l in (run / "layout_changes.jsonl").read_text().splitlines()]
+    assert (change["before"], change["after"]) == (LAYOUT, dict(LAYOUT, dp=1)) and change["global_batch"] == 8
+    assert "layout tp2 x pp2 x dp2 -> tp2 x pp2 x dp1" in log
+    assert_losses_equal(run, reference, range(1, 4))           # step 3 after the hang's requeue, as uninterrupted
+    assert_losses_equal(run, reference_shrunk, range(4, 7))
