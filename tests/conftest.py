@@ -97,7 +97,9 @@ def _prune_stale_roots(tmp: Path):
     "Remove the temp roots that failed sessions kept, once they are stale (they filled the disk of a later run)."
     import shutil, time
     for root in tmp.glob("mtnlg-pytest-*"):
-        if time.time() - root.stat().st_mtime > STALE_ROOT_HOURS * 3600: shutil.rmtree(root, ignore_errors=True)
+        try: stale = time.time() - root.stat().st_mtime > STALE_ROOT_HOURS * 3600
+        except FileNotFoundError: continue                  # its own session removed it meanwhile
+        if stale: shutil.rmtree(root, ignore_errors=True)
 
 
 def _check_free_disk(tmp: Path):
