@@ -38,7 +38,8 @@ def scored(out: Path) -> dict:
         lls += sum(len(json.loads(x)) for x in table.loglikelihoods)
         harness += sum(json.loads(f.read_text())["n"] for f in (d.parent / "eval_seed1").glob("*shot.json"))
     again = len(json.loads((out / "tp2pp2" / "ranks.json").read_text())["again"])
-    return dict(variant_documents=docs, variant_loglikelihoods=lls, harness_documents=harness, again_rows=again)
+    return dict(variant_documents=docs, variant_loglikelihoods=lls, harness_documents=harness,
+                rows_drawn_again=again)
 
 
 def measure(name: str) -> dict:
