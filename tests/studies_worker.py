@@ -9,10 +9,15 @@ from execnb.shell import CaptureShell
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
 BATCH = 16                     # the ranks' scoring batch: every study at TP2 x PP2 asks this one
-ICL = dict(limit=8, shots="0,1", seeds="1,2", max_orders=2)
-STUDIES = {f"icl_{t}": ("16_icl.ipynb", dict(task=t, **ICL)) for t in ("hellaswag", "race_h")}
+# 4 documents a task: every property checked is per document (its examples, its log-likelihoods at both layouts), and
+# RACE-h's documents 4-7 still share a scored article (the control of the articles kept apart)
+ICL = dict(limit=4, shots="0,1", seeds="1,2", max_orders=2)
+STUDIES = {f"icl_{t}": ("16_icl.ipynb", dict(task=t)) for t in ("hellaswag", "race_h")}     # with ICL's settings
 STUDIES["bias"] = ("15_bias.ipynb", dict(samples=2))
 AGAIN = dict(max_new_tokens=10, do_sample=True, temperature=1.0, top_p=0.9, seed=1234, per_row=True)  # 15_bias's
+# the draw again: the first batch of the study's rows (16 of 92), at every place of it; a prefix, since row i draws
+# stream (seed, i)
+AGAIN_ROWS = BATCH
 
 
 def run_notebook(name: str, **params) -> None:
@@ -58,11 +63,12 @@ def studies_on_shared_ranks(out: Path, data: str) -> None:
     try:
         for name, (nb, params) in STUDIES.items():
             run_notebook(nb, **params, tp=2, pp=2, batch_size=BATCH, out_dir=str(out / name),
-                         **({"data": data} if nb == "16_icl.ipynb" else {}))
+                         **(dict(ICL, data=data) if nb == "16_icl.ipynb" else {}))
     finally: S.Session = real
     model = pd.read_csv(out / "bias" / "continuations.csv", keep_default_na=False).query("model == 'model'")
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try: again = ranks.generate_texts(list(model.prompt), Sampling(**AGAIN), batch_size=1)
+    prompts = list(model.prompt)[:AGAIN_ROWS]
+    try: again = ranks.generate_texts(prompts, Sampling(**AGAIN), batch_size=1)
     finally:
         for h in hogs: h.kill()
     ranks.close()
@@ -71,9 +77,12 @@ def studies_on_shared_ranks(out: Path, data: str) -> None:
         again=[g.text for g in again])))
 
 
-if __name__ == "__main__":
+def main(out: Path, data: str) -> None:
+    "The ICL study on each paper task at one process (OUT/one/<task>), then the studies at TP2 x PP2 (OUT/tp2pp2)."
     from mtnlg.tasks import PAPER_TASKS
-    out, data = Path(sys.argv[1]), sys.argv[2]
     for task in PAPER_TASKS:                            # one process: the libraries load once for all nine
         run_notebook("16_icl.ipynb", task=task, **ICL, out_dir=str(out / "one" / task), data=data)
     studies_on_shared_ranks(out / "tp2pp2", data)
+
+
+if __name__ == "__main__": main(Path(sys.argv[1]), sys.argv[2])

@@ -10,13 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT, LAUNCHER_VARS
+import studies_worker as W
 
 pytestmark = pytest.mark.slow      # the studies launch TP2 x PP2 ranks
 
 
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
-    """tests/studies_worker.py: nbs/16_icl.ipynb on each of the nine paper tasks at limit 8 (one process, the fixtures
+    """tests/studies_worker.py: nbs/16_icl.ipynb on each of the nine paper tasks at limit 4 (one process, the fixtures
     as data root), then the TP2 x PP2 studies on one launch; its output folder."""
     out = tmp_path_factory.mktemp("studies")
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS} | {"OMP_NUM_THREADS": "1"}
@@ -35,7 +36,6 @@ def test_the_studies_share_one_launch_and_end_it(studies, tmp_path):
     """The three TP2 x PP2 studies ran on the one launch, each on the weights it made (the digests of its own tiny
     model equal the ranks'), each closed its session, and the ranks ended cleanly. The control: other weights
     (another seed) have other digests, so the lending check would refuse them."""
-    import studies_worker as W
     from mtnlg.generate import demo_checkpoint
     ranks = json.loads((studies / "tp2pp2" / "ranks.json").read_text())
     assert [Path(s).parent.name for s in ranks["lent"]] == list(W.STUDIES) and ranks["closes"] == len(W.STUDIES)
@@ -52,16 +52,17 @@ def test_icl_at_tp2_pp2_as_one_process(studies, icl_all, task, metric):
     answers (no margin is that close), the same accuracies."""
     out = studies / "tp2pp2" / f"icl_{task}"
     shots = pd.read_csv(out / "shots.csv")
-    assert shots.shots.tolist() == [0, 1] and (shots.n == 8).all() and (shots.metric == metric).all()
+    n = W.ICL["limit"]
+    assert shots.shots.tolist() == [0, 1] and (shots.n == n).all() and (shots.metric == metric).all()
     for k in (0, 1):                                   # written by the TP2 x PP2 evaluation's ranks
         r = json.loads((out / "eval_seed1" / f"{task}_{k}shot.json").read_text())
         one = json.loads((icl_all / task / "eval_seed1" / f"{task}_{k}shot.json").read_text())
-        assert r["n"] == 8 and r["shots"] == k and r["correct"] == one["correct"]
+        assert r["n"] == n and r["shots"] == k and r["correct"] == one["correct"]
     variants = pd.read_csv(out / "choice_order_format.csv")
     assert set(variants.experiment) == {"as is", "which examples", "order", "format"}
     assert (variants.accuracy == pd.read_csv(icl_all / task / "choice_order_format.csv").accuracy).all()
     docs, ref = (pd.read_csv(d / "documents.csv") for d in (out, icl_all / task))
-    assert len(docs) == len(ref) >= 8 * 4 and (docs.correct == ref.correct).all()
+    assert len(docs) == len(ref) >= n * 4 and (docs.correct == ref.correct).all()
     lls, ref_lls = (np.array([json.loads(x) for x in d.loglikelihoods]) for d in (docs, ref))
     assert np.abs(lls - ref_lls).max() < 1e-4
     # the control: the comparison sees a change of examples (set 2's log-likelihoods are not set 1's)
@@ -75,14 +76,14 @@ def test_bias_at_tp2_pp2_as_promised_under_load(studies):
     weights and layout, another batch size: 1 against the study's 16) gives the same text; every section ran on the
     layout, and its numbers are those of one process (the HF export of the same weights) within 1e-4: the next-word
     log ratios and the continuations' log-probabilities (the texts may differ where a draw lands within float noise
-    of a step)."""
-    import studies_worker as W
+    of a step). The draw again takes the study's first batch of rows (`AGAIN_ROWS`), at every place of it."""
     out = studies / "tp2pp2" / "bias"
     ranks = json.loads((studies / "tp2pp2" / "ranks.json").read_text())
     d = pd.read_csv(out / "continuations.csv", keep_default_na=False)
     model, hf = d[d.model == "model"].reset_index(drop=True), d[d.model == "compare"].reset_index(drop=True)
     assert W.AGAIN == dict(max_new_tokens=10, do_sample=True, temperature=1.0, top_p=0.9, seed=1234, per_row=True)
-    assert ranks["study_batch"] == 16 and ranks["again"] == model.text.tolist()   # the same layout: the same text
+    again = model.text.tolist()[:W.AGAIN_ROWS]
+    assert ranks["study_batch"] == 16 and ranks["again"] == again and len(again) == 16   # the same layout: the same text
     assert len(model) == len(hf) > 50 and (model.prompt == hf.prompt).all()
     assert model.text.nunique() > len(model) // 2                     # and the draws are not one repeated stream
     lp = pd.read_csv(out / "continuation_logprobs.csv", keep_default_na=False)
@@ -100,27 +101,28 @@ def test_bias_at_tp2_pp2_as_promised_under_load(studies):
 
 
 def test_icl_on_every_paper_task(icl_all):
-    """Each task's own template shows its fixed examples; 8 documents scored; the examples come from the pool the
-    summary names (checked against the task's documents, not against the notebook's own variable), none a scored
-    document or its twin; every experiment's table counts the prompts over the window."""
+    """Each task's own template shows its fixed examples; `ICL`'s limit of documents scored; the examples come from
+    the pool the summary names (checked against the task's documents, not against the notebook's own variable), none
+    a scored document or its twin; every experiment's table counts the prompts over the window."""
     from mtnlg.tasks import PAPER_TASKS, lm_eval_task, task_config
     from mtnlg.twins import is_twin
     key = lambda d: json.dumps(d, sort_keys=True, default=str)
+    n = W.ICL["limit"]
     for task in PAPER_TASKS:
         shots = pd.read_csv(icl_all / task / "shots.csv")
-        assert shots.shots.tolist() == [0, 1] and (shots.n == 8).all(), task
+        assert shots.shots.tolist() == [0, 1] and (shots.n == n).all(), task
         variants = pd.read_csv(icl_all / task / "choice_order_format.csv")
         assert {"as is", "which examples", "order", "format"} <= set(variants.experiment), task
         assert {"prompts_over_window", "twins_left_out"} <= set(shots.columns) & set(variants.columns), task
         named = json.loads((icl_all / task / "summary.json").read_text())["shots_from"]["fixed_examples"]
         t = lm_eval_task(task_config(task, 1, ROOT / "tests" / "data" / "eval"))
         evaluated = list(t.eval_docs)
-        split = evaluated[8:] if named.startswith(t.config.test_split + " after") else list(t.fewshot_docs())
+        split = evaluated[n:] if named.startswith(t.config.test_split + " after") else list(t.fewshot_docs())
         examples = [e for s in json.loads((icl_all / task / "examples.json").read_text()).values() for e in s]
         in_split = lambda docs: {key(d) for d in docs} <= {key(d) for d in split}
         assert examples and in_split(examples), (task, named)
         assert not in_split(evaluated[:1]), task                       # control: a scored document is not in it
-        scored = [t.shown(d) for d in evaluated[:8]]
+        scored = [t.shown(d) for d in evaluated[:n]]
         assert not any(is_twin(s, t.shown(e)) for s in scored for e in examples), task
     hans = json.loads((icl_all / "hans" / "summary.json").read_text())["shots_from"]
     assert hans["experiment_1"] == "train" and hans["fixed_examples"].startswith("train")
@@ -130,9 +132,10 @@ def test_race_h_examples_come_from_articles_never_scored(icl_all):
     "RACE-h: no fixed example is a question of a scored article (its later questions hold the earlier answers)."
     from mtnlg.tasks import lm_eval_task, task_config
     docs = list(lm_eval_task(task_config("race_h", 2, ROOT / "tests" / "data" / "eval")).eval_docs)
-    scored = {d["article_id"] for d in docs[:8]}
+    n = W.ICL["limit"]
+    scored = {d["article_id"] for d in docs[:n]}
     examples = json.loads((icl_all / "race_h" / "examples.json").read_text())
     used = [e for s in examples.values() for e in s]
     assert used and not {e["article_id"] for e in used} & scored
     # the control: the documents right after the scored ones (the old choice by position) share a scored article
-    assert {d["article_id"] for d in docs[8:8 + 4]} & scored
+    assert {d["article_id"] for d in docs[n:n + 4]} & scored
