@@ -22,7 +22,8 @@ def counting() -> list[dict]:
     "A small model's ranks 0 and 4, each on real tensors and on fake ones (the CPU's kernels both times)."
     cfg = load_config("tiny", overrides=dict(tp=2, pp=2, dp=2, micro_batch=2, global_batch=16, precision="bf16",
                                              layers=4, hidden=256, heads=4, seq=256))
-    runs = [D.dry_run(cfg, rank, micro_batches=4, fake=fake, gpu_kernels=False) for rank in (0, 4) for fake in (False, True)]
+    runs = [D.dry_run(cfg, rank, micro_batches=4, fake=fake, gpu_kernels=False)
+            for rank in (0, 4) for fake in (False, True)]
     return [dict(r["measured"], peak=r["peak_bytes"]) for r in runs]
 
 

@@ -20,8 +20,8 @@ def _env():
 
 @pytest.fixture(scope="session")
 def model_run(tmp_path_factory):
-    """A random model of the tiny preset's shape (4 layers, hidden 64, 64 positions) written as a run's checkpoint,
-    in this process (decoding from a trained run's checkpoint, optimizer state beside the weights: tests/test_hosts.py)."""
+    """A random model of the tiny preset's shape (4 layers, hidden 64, 64 positions) written as a run's checkpoint in
+    this process (decoding a trained run's checkpoint, optimizer state beside the weights: tests/test_hosts.py)."""
     import shutil
     run = G.demo_checkpoint(tmp_path_factory.mktemp("gen") / "run", seq_length=64, num_layers=4)
     shutil.copy(run / "checkpoints" / "step00000000" / "config.json", run / "config.json")   # as `mtnlg train` does
