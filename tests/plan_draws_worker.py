@@ -1,5 +1,6 @@
 """Dry runs of drawn small configurations, one JSON line each: the draw, what the dry run measured, what the planner
-says (or the one line it refuses with). Run by tests/test_dryrun.py (argv: seed, number of draws)."""
+says (or the one line it refuses with). Run by tests/test_dryrun.py (argv: pairs of a seed, or "named" for the
+rows of `NAMED`, and a number of rows), all in one process."""
 import dataclasses, json, random, sys
 import mtnlg.dryrun as D, mtnlg.plan as P
 from mtnlg.config import ConfigError, load_config
@@ -40,13 +41,14 @@ NAMED = {"fp32 through ZeRO-1 (the tiny preset)": BASE,
 
 
 if __name__ == "__main__":
-    named = sys.argv[1] == "named"
-    rng, n = (None, len(NAMED)) if named else (random.Random(int(sys.argv[1])), int(sys.argv[2]))
-    for i in range(n):
-        d = list(NAMED.values())[i] if named else draw(rng)
-        cfg = config(d)
-        rank = int(d["rank_u"] * cfg.parallel.world_size)
-        try: refused = P.check_counted(cfg)
-        except ConfigError as e: refused = str(e)
-        result = None if refused else D.with_plan(D.dry_run(cfg, rank, 2), cfg)     # a refused one: nothing to hold
-        print(json.dumps(dict(draw=d, index=i, rank=rank, refused=refused, result=result)), flush=True)
+    sets = sys.argv[1:]                          # pairs: a seed (or "named") and how many of its rows
+    for what, n in zip(sets[::2], map(int, sets[1::2])):
+        rng = None if what == "named" else random.Random(int(what))
+        for i in range(n):
+            d = list(NAMED.values())[i] if rng is None else draw(rng)
+            cfg = config(d)
+            rank = int(d["rank_u"] * cfg.parallel.world_size)
+            try: refused = P.check_counted(cfg)
+            except ConfigError as e: refused = str(e)
+            result = None if refused else D.with_plan(D.dry_run(cfg, rank, 2), cfg)     # a refused one: nothing to hold
+            print(json.dumps(dict(set=what, draw=d, index=i, rank=rank, refused=refused, result=result)), flush=True)

@@ -19,6 +19,22 @@ def plan_dry_run(*argv) -> list[dict]:
     return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
 
 
+@pytest.fixture(scope="module")
+def one_process():
+    "tests/dryrun_worker.py: the dry runs below that are not the draws or the `mtnlg` command's own run, one process."
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "dryrun_worker.py")], capture_output=True, text=True,
+                       cwd=ROOT, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr[-4000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def cli_rank(said: dict) -> dict:
+    "The one rank `mtnlg plan --fake-run --json` printed, run by the worker (its exit code 0)."
+    assert said["rc"] == 0, said["err"]
+    [r] = [json.loads(line) for line in said["out"].splitlines() if line.startswith("{")]
+    return r
+
+
 def assert_as_planned(r):
     "Each category within 5% of the plan, the traffic of every group and the checkpoint's bytes equal to it."
     for c in CATEGORIES:
@@ -33,7 +49,7 @@ def assert_as_planned(r):
 
 
 @pytest.mark.slow
-def test_530b_first_middle_and_last_stage_as_planned_and_the_paper_layout_fits():
+def test_530b_first_middle_and_last_stage_as_planned_and_the_paper_layout_fits(one_process):
     """The 530B preset's first, a middle and the last stage, 35 micro-batches a step (every micro-batch the first
     stage holds in flight: its real peak), as planned; the first stage fits 80 GB. The control: recompute off at
     micro-batch 2, which the planner says does not fit, is over 80 GB in the dry run too."""
@@ -41,32 +57,19 @@ def test_530b_first_middle_and_last_stage_as_planned_and_the_paper_layout_fits()
     assert [(r["rank"], r["stage"], r["layers"]) for r in paper] == [(0, 0, 3), (1088, 17, 3), (2176, 34, 3)]
     for r in paper: assert_as_planned(r)
     assert max(r["peak_bytes"] for r in paper) < GB80
-    over = plan_dry_run("--preset", "mtnlg-530b", "--set", "parallel.checkpoint_activations=0", "--micro-batch", "2",
-                        "--micro-batches", "35", "--ranks", "0")[0]
+    over = cli_rank(one_process["over"])        # --set parallel.checkpoint_activations=0 --micro-batch 2 --ranks 0
     assert_as_planned(over)
     assert over["peak_bytes"] > GB80 and over["planned_bytes"] > GB80
     # another TP and DP rank of a stage: its own ZeRO partition and TP slice (no LayerNorms above TP rank 0)
-    other = plan_dry_run("--preset", "mtnlg-530b", "--micro-batches", "2", "--ranks", "1999")[0]
+    other = cli_rank(one_process["other"])      # --micro-batches 2 --ranks 1999
     assert (other["tp_rank"], other["dp_rank"], other["stage"]) == (7, 1, 31)
     assert other["checkpoint_bytes"] == other["planned_checkpoint_bytes"]
 
 
 @pytest.mark.slow
-def test_counting_on_fake_tensors_equals_real_tensors():
+def test_counting_on_fake_tensors_equals_real_tensors(one_process):
     "A small model's rank, once on real tensors and once on fake ones (the CPU's kernels both times): same bytes."
-    code = """
-import json
-import mtnlg.dryrun as D
-from mtnlg.config import load_config
-cfg = load_config("tiny", overrides=dict(tp=2, pp=2, dp=2, micro_batch=2, global_batch=16, precision="bf16",
-                                         layers=4, hidden=256, heads=4, seq=256))
-runs = [D.dry_run(cfg, rank, micro_batches=4, fake=fake, gpu_kernels=False) for rank in (0, 4) for fake in (False, True)]
-print(json.dumps([dict(r["measured"], peak=r["peak_bytes"]) for r in runs]))
-"""
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert p.returncode == 0, p.stderr[-4000:]
-    real0, fake0, real4, fake4 = json.loads(p.stdout.strip().splitlines()[-1])
+    real0, fake0, real4, fake4 = one_process["counting"]
     for real, fake in ((real0, fake0), (real4, fake4)):
         assert real["peak"] > 0 and all(abs(fake[k] - real[k]) <= 0.01 * real["peak"] for k in real), (real, fake)
 
@@ -95,7 +98,10 @@ def test_bad_input_is_one_line_before_any_rank_is_built(argv, says):
 
 
 # ---- the planner against dry runs of configurations drawn at random from what `mtnlg plan` and RunConfig accept ----
-SEED, DRAWS = 20261129, 36
+SEED, DRAWS = 20261129, 29   # the first 29 draws of the seed: every value of COVERED counted, intervals 2, 3 refused
+# each setting the planner check names, with every value the planner counts: each is in some counted draw
+COVERED = dict(tp=(1, 2), pp=(1, 2, 3), dp=(1, 2, 3), micro_batch=(1, 2), interval=(0, 1), zero=(0, 1),
+               precision=("bf16", "fp32"), grad_reduce=("fp32", "bf16"), tie=(True, False), dropout=(0.0, 0.1))
 EXACT = ("parameters", "optimizer")            # byte-equal categories; the others within 1%
 SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags), or
 SMALL_OF_PEAK = 0.002   # this share of the rank's peak, whichever is more
@@ -138,23 +144,38 @@ def held(P, cfg, r, new: bool) -> list[str]:
     return misses(r, mem, P.step_comm_bytes(cfg, s), P.rank_checkpoint_bytes(cfg, s, r["tp_rank"], r["dp_rank"]))
 
 
-def draws(seed: int, n: int) -> list[dict]:
-    "The worker's dry runs of `n` drawn configurations (tests/plan_draws_worker.py), one dict each."
-    p = subprocess.run([sys.executable, "plan_draws_worker.py", str(seed), str(n)], cwd=ROOT / "tests",
+def draw_sets(*sets) -> dict:
+    "The worker's dry runs (tests/plan_draws_worker.py, one process) of each (seed or 'named', rows): {seed: rows}."
+    argv = [str(x) for pair in sets for x in pair]
+    p = subprocess.run([sys.executable, "plan_draws_worker.py", *argv], cwd=ROOT / "tests",
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=3000)
     assert p.returncode == 0, p.stderr[-4000:]
-    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    return {what: [x for x in rows if x["set"] == str(what)] for what, _ in sets}
+
+
+def draws(seed: int, n: int) -> list[dict]:
+    "The worker's dry runs of `n` drawn configurations of `seed` (or of the 'named' rows), one dict each."
+    return draw_sets((seed, n))[seed]
+
+
+@pytest.fixture(scope="module")
+def drawn() -> dict:
+    "The named rows and the seed's `DRAWS` configurations, dry-run by one worker process: {'named': .., SEED: ..}."
+    from plan_draws_worker import NAMED
+    return draw_sets(("named", len(NAMED)), (SEED, DRAWS))
 
 
 @pytest.mark.slow
-def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_cannot_count():
+def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_cannot_count(drawn):
     """Dozens of configurations drawn from the accepted space (layout, micro-batch, recompute interval, ZeRO 0/1, bf16
     and fp32, reduce dtype, tied or untied, dropout): each one the planner counts is held against its dry run per
     category, per group's traffic and checkpoint; each it refuses is refused in one line naming the setting. The
-    control: the planner as it was (commit OLD) misses on some of the same draws."""
+    control: the planner as it was (commit OLD) misses on some of the same draws. Every value of each setting is in
+    some counted draw (COVERED), and both uncounted recompute intervals are refused in some."""
     from plan_draws_worker import config
     from mtnlg import plan as P
-    old, rows, old_missed, worst = old_planner(), draws(SEED, DRAWS), 0, {}
+    old, rows, old_missed, worst = old_planner(), drawn[SEED], 0, {}
     for x in rows:
         cfg, r = config(x["draw"]), x["result"]
         if x["refused"]:
@@ -170,17 +191,20 @@ def test_planner_equals_dry_runs_of_random_configurations_and_refuses_what_it_ca
     print(f"seed {SEED}: {len(rows)} draws, {counted} counted, worst ratio per category {worst}")
     assert counted >= DRAWS // 3 and len(rows) - counted >= 3, (counted, len(rows))
     assert old_missed >= 3, f"the control: the old planner missed only {old_missed} of {counted} draws"
+    held_draws = [x["draw"] for x in rows if not x["refused"]]
+    assert not [(k, v) for k, vs in COVERED.items() for v in vs if all(d[k] != v for d in held_draws)]
+    assert {x["draw"]["interval"] for x in rows if x["refused"]} >= {2, 3}
 
 
 @pytest.mark.slow
-def test_named_regressions_right_now_and_wrong_before():
+def test_named_regressions_right_now_and_wrong_before(drawn):
     """Rows the planner got wrong, at small shapes: fp32 through ZeRO-1 (its reduce buckets), bf16 at ZeRO 0 over DP
     (partitioned all the same), DP 3 (DeepSpeed's padding): now as the dry run measures, and missed by the planner
     as it was (the control); recompute in chunks of 2 and 3 blocks: refused now, answered with a number before."""
     from plan_draws_worker import NAMED, config
     from mtnlg import plan as P
     old = old_planner()
-    for name, x in zip(NAMED, draws("named", len(NAMED))):
+    for name, x in zip(NAMED, drawn["named"]):
         cfg, r = config(x["draw"]), x["result"]
         if x["draw"]["interval"] > 1:
             assert x["refused"] and "checkpoint_activations" in x["refused"], name
@@ -191,43 +215,22 @@ def test_named_regressions_right_now_and_wrong_before():
 
 
 @pytest.mark.slow
-def test_fast_dry_run_equals_the_full_run_and_refuses_growth_that_is_not_linear():
+def test_fast_dry_run_equals_the_full_run_and_refuses_growth_that_is_not_linear(one_process):
     """Extrapolated from steps of 2 and 3 micro-batches, a first, middle and last stage's memory and traffic equal a
     run of every micro-batch (traffic to the byte, memory to the 64 KiB of bookkeeping the check allows). The control: a growth outside the activations is
     refused (the check is real: a budget of 0 bytes refuses the few bytes a micro-batch adds)."""
-    code = """
-import json
-import mtnlg.dryrun as D
-from mtnlg.config import ConfigError, load_config
-cfg = D.with_micro_batches(load_config("tiny", overrides=dict(layers=6, hidden=128, heads=4, seq=128, tp=2, pp=3,
-                                       micro_batch=1, checkpoint_activations=1, precision="bf16")), 7)
-out = [(D.fast_dry_run(cfg, r), D.dry_run(cfg, r)) for r in (0, 2, 4)]
-D.BOOKKEEPING = -1
-try: D.fast_dry_run(cfg, 0); refused = ""
-except ConfigError as e: refused = str(e)
-print(json.dumps(dict(pairs=[[dict(f["measured"], peak=f["peak_bytes"], comm=f["comm_bytes"]),
-                             dict(g["measured"], peak=g["peak_bytes"], comm=g["comm_bytes"])] for f, g in out],
-                      refused=refused)))
-"""
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert p.returncode == 0, p.stderr[-4000:]
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    got = one_process["fast"]
     for fast, full in got["pairs"]:
         assert fast["comm"] == full["comm"], (fast, full)
         assert all(abs(fast[k] - full[k]) <= 64 * 2 ** 10 for k in CATEGORIES + ("peak",)), (fast, full)
     assert "did not grow linearly" in got["refused"] and "--fake-full" in got["refused"], got["refused"]
+    assert got["reused"] == 1                   # the refusal read rank 0's fast dry run above, not another run
 
 
 @pytest.mark.slow
-def test_one_step_says_what_it_leaves_out_and_an_uncounted_setting_is_measured_without_a_plan():
+def test_one_step_says_what_it_leaves_out_and_an_uncounted_setting_is_measured_without_a_plan(one_process):
     "`--fake-steps 1` names the moments it leaves out; a recompute interval of 2 is measured, 'not planned' and why."
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([MTNLG, "plan", "--fake-run", "--preset", "tiny", "--fake-steps", "1"], cwd=ROOT,
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert one.returncode == 0 and "left out: one step" in one.stdout and "moments" in one.stdout, one.stderr[-2000:]
-    two = subprocess.run([MTNLG, "plan", "--fake-run", "--preset", "tiny", "--set", "precision=bf16", "--set",
-                          "parallel.checkpoint_activations=2"], cwd=ROOT, capture_output=True, text=True, env=env,
-                         timeout=900)
-    assert two.returncode == 0 and "not planned: parallel.checkpoint_activations=2" in two.stdout, two.stderr[-2000:]
-    assert "left out" not in two.stdout                                  # the control: two steps leave nothing out
+    one, two = one_process["one_step"], one_process["two_steps"]     # --preset tiny: --fake-steps 1; bf16, interval 2
+    assert one["rc"] == 0 and "left out: one step" in one["out"] and "moments" in one["out"], one["err"]
+    assert two["rc"] == 0 and "not planned: parallel.checkpoint_activations=2" in two["out"], two["err"]
+    assert "left out" not in two["out"]                                   # the control: two steps leave nothing out

@@ -19,39 +19,38 @@ def _env():
 
 
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory):
-    "A tiny model trained for 20 steps on mock data (one process)."
-    run = tmp_path_factory.mktemp("gen") / "run"
-    code = "import sys; from mtnlg.cli import main; sys.exit(main())"
-    p = subprocess.run([sys.executable, "-c", code, "train", "--preset", "tiny", "--steps", "20", "--data", "mock",
-                        "--out", str(run)], capture_output=True, text=True, env=_env(), timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
+def model_run(tmp_path_factory):
+    """A random model of the tiny preset's shape (4 layers, hidden 64, 64 positions) written as a run's checkpoint in
+    this process (decoding a trained run's checkpoint, optimizer state beside the weights: tests/test_hosts.py)."""
+    import shutil
+    run = G.demo_checkpoint(tmp_path_factory.mktemp("gen") / "run", seq_length=64, num_layers=4)
+    shutil.copy(run / "checkpoints" / "step00000000" / "config.json", run / "config.json")   # as `mtnlg train` does
     return run
 
 
 @pytest.fixture(scope="session")
-def tp2pp2(trained_run, tmp_path_factory):
+def tp2pp2(model_run, tmp_path_factory):
     "Every case of generate_worker.py decoded on 4 processes (TP2 x PP2)."
     from mtnlg.jobs import launch_command
     out = tmp_path_factory.mktemp("gen_out") / "tp2pp2.json"
-    cmd = launch_command([str(ROOT / "tests" / "generate_worker.py"), str(trained_run), str(out), "2", "2"], 4)
+    cmd = launch_command([str(ROOT / "tests" / "generate_worker.py"), str(model_run), str(out), "2", "2"], 4)
     p = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="session")
-def one(trained_run):
+def one(model_run):
     "Every case decoded on this one process."
-    gen = G.load_generator(trained_run)
+    gen = G.load_generator(model_run)
     return gen, W.cases(gen)
 
 
 @pytest.fixture(scope="session")
-def hf(trained_run, tmp_path_factory):
+def hf(model_run, tmp_path_factory):
     from mtnlg.export import export_run
     from transformers import AutoModelForCausalLM
-    d = export_run(trained_run, tmp_path_factory.mktemp("gen_hf") / "hf", dtype="fp32")
+    d = export_run(model_run, tmp_path_factory.mktemp("gen_hf") / "hf", dtype="fp32")
     return d, AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
 
 
@@ -147,8 +146,8 @@ def test_stream_and_stop_strings(one):
     assert s.finish == "stop" and stop not in s.text and g.text.startswith(s.text)
 
 
-def test_cli_streams_one_prompt(trained_run, capsys):
-    assert main(["generate", "--checkpoint", str(trained_run), "--prompt", "Hello", "--max-new-tokens", "5"]) == 0
+def test_cli_streams_one_prompt(model_run, capsys):
+    assert main(["generate", "--checkpoint", str(model_run), "--prompt", "Hello", "--max-new-tokens", "5"]) == 0
     assert capsys.readouterr().out.startswith("Hello")
 
 
@@ -162,8 +161,8 @@ def test_cli_streams_one_prompt(trained_run, capsys):
     (["--prompt", "hi", "--in-flight", "0"], "--in-flight 0"),
     (["--prompts", "/nonexistent/prompts.txt"], "no such file"),
 ])
-def test_bad_input(trained_run, capsys, argv, msg):
-    assert main(["generate", "--checkpoint", str(trained_run), *argv]) == 2
+def test_bad_input(model_run, capsys, argv, msg):
+    assert main(["generate", "--checkpoint", str(model_run), *argv]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1, err
 
@@ -206,7 +205,8 @@ def test_lm_eval_generative_task_through_the_hook(one):
                                   verbosity="ERROR")
     got = [s["resps"][0][0] for s in sorted(out["samples"]["toy_generate"], key=lambda s: s["doc_id"])]
     assert got == G.generate_until(gen, [(p, {"until": ["\n\n"], "max_gen_toks": 6}) for p in W.PROMPTS])
-    assert all(len(gen.tok.tokenize(t)) <= 6 for t in got)
+    capped = gen.generate(W.PROMPTS, max_new_tokens=6, stop=["\n\n"])     # the same requests: at most 6 tokens
+    assert got == [g.text for g in capped] and all(len(g.tokens) <= 6 for g in capped)
 
 
 # prompts of many lengths, as a study sends them (the bias study's kinds)
