@@ -127,14 +127,12 @@ SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "mult
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
 # Seconds of pytest time each group took in the last measured `make test` (benchmarks/RESULTS.md, 2026-11-29,
-# third session: its summary's "seconds per xdist group" line), less what the fourth session's cuts were measured
-# to save (estimates, until the next full run). The Makefile passes --no-loadscope-reorder, so
+# fourth session: its summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so
 # the workers take groups in this order, longest first, and end together (xdist's own order is by number of tests: a long group of few
 # tests started last made the suite wait on it alone). Groups not named here follow in collection order.
-GROUP_SECONDS = {"multihost": 670, "nbs": 583, "slurm": 300, "test_checkpoint": 277, "test_train": 232,
-                 "test_studies": 170, "test_demo": 160, "test_alive": 119, "test_dryrun": 100, "test_package": 103,
-                 "test_eval": 85, "test_generate": 70, "test_startup": 60, "test_pipelined_decoding": 40,
-                 "test_fewshot": 55, "test_fast_step": 55, "test_parallel": 60}
+GROUP_SECONDS = {"multihost": 685, "nbs": 623, "test_train": 284, "slurm": 266, "test_studies": 238,
+                 "test_checkpoint": 207, "test_package": 139, "test_dryrun": 132, "test_demo": 124, "test_alive": 102,
+                 "test_eval": 76, "test_generate": 72, "test_parallel": 63, "test_fewshot": 57, "test_fast_step": 52}
 
 def _group(item) -> str:
     "The xdist group of a collected test."
