@@ -14,6 +14,11 @@ from mtnlg.config import ParallelConfig
 
 out, timeout_s, late_s = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 topology.STARTUP_S = float(sys.argv[4])            # the control sets 0: wait no longer than timeout_s
+# what init_distributed does before it reaches the store, done before the mark: the lag is then LATE_S at the store
+topology.patches.import_megatron()
+topology.patches.import_deepspeed_muon()
+topology.apply_cpu_patches()
+import deepspeed                                   # noqa: F401,E402
 rank = int(os.environ["RANK"])
 if rank == 0: (out / "rank0.arrived").touch()
 else:
