@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 # %% auto #0
-__all__ = ['PRESETS', 'PAPER_PRESETS', 'ALIASES', 'CLI_FLAGS', 'ConfigError', 'DataError', 'EvalError', 'ModelConfig',
-           'ParallelConfig', 'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths', 'resolve_key',
-           'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file', 'load_config', 'save_config', 'fsync_dir',
-           'atomic_path', 'atomic_file', 'atomic_write_text', 'cache_root', 'file_sha256', 'is_verbose', 'timed',
-           'field_docs', 'add_config_args', 'given_overrides', 'config_from_args']
+__all__ = ['PRESETS', 'PAPER_PRESETS', 'ALIASES', 'STARTUP_S', 'STARTUP_ENV', 'CLI_FLAGS', 'ConfigError', 'DataError',
+           'EvalError', 'ModelConfig', 'ParallelConfig', 'OptimConfig', 'DataConfig', 'RunConfig', 'field_paths',
+           'resolve_key', 'overrides_to_dict', 'to_dict', 'from_dict', 'read_config_file', 'load_config', 'save_config',
+           'fsync_dir', 'atomic_path', 'atomic_file', 'atomic_write_text', 'cache_root', 'file_sha256', 'is_verbose',
+           'timed', 'startup_seconds', 'field_docs', 'add_config_args', 'given_overrides', 'config_from_args']
 
 # %% ../nbs/00_config.ipynb #1399e427
 class ConfigError(ValueError):
@@ -474,6 +474,21 @@ def is_verbose() -> bool:
 def timed(seconds: float, form: str = " in {:.1f} s") -> str:
     "`form` filled with `seconds` when verbose (`mtnlg --verbose`), else '': printed lines stay the same."
     return form.format(seconds) if is_verbose() else ""
+
+# %% ../nbs/00_config.ipynb #5a7d0c09
+STARTUP_S = 1800                 # seconds the first rank waits for the last at start-up (at least timeout_s)
+STARTUP_ENV = "MTNLG_STARTUP_S"  # a launch's own wait at start-up, in seconds (every rank's environment)
+
+def startup_seconds() -> float:
+    "How long the first rank waits for the last at start-up: $MTNLG_STARTUP_S, else `STARTUP_S`."
+    raw = os.environ.get(STARTUP_ENV, "").strip()
+    if not raw: return STARTUP_S
+    try: seconds = float(raw)
+    except ValueError: seconds = -1.0
+    if not seconds >= 0:                                      # also NaN
+        raise ConfigError(f"{STARTUP_ENV}={raw!r}: must be seconds >= 0 (how long ranks wait for each other at "
+                          f"start-up); set a number, or unset it for {STARTUP_S} s")
+    return seconds
 
 # %% ../nbs/00_config.ipynb #40023433
 CLI_FLAGS = ["tp", "pp", "dp", "micro_batch", "layers", "hidden", "heads", "seq", "vocab", "lr", "global_batch",

@@ -16,8 +16,8 @@ __all__ = ['PATCHES', 'IMPORT_NOTICES', 'IMPORT_LOGGERS', 'TQDM_NOTICE', 'Patch'
            'skip_deepspeed_shm_build', 'megatron_rng_on_cpu', 'cpu_has_bf16_gemm', 'resume_nested_graph_breaks',
            'rank_zero_without_group', 'compile_on_first_call', 'import_megatron', 'import_deepspeed_muon',
            'row_parallel_linear', 'dcp_storage_info', 'dcp_storage_location', 'saved_tensor_layout',
-           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'datasets_offline', 'fake_tools', 'init_fake_process_group',
-           'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
+           'load_lm_eval_yaml', 'quiet_lm_eval_run', 'cache_lm_eval_templates', 'datasets_offline', 'fake_tools',
+           'init_fake_process_group', 'module_moves_skipped', 'pipe_without_values', 'gpu_kernels']
 
 # %% ../nbs/00b_patches.ipynb #ad1717b6
 @dataclass(frozen=True)
@@ -472,6 +472,18 @@ def quiet_lm_eval_run():
          patch.object(lm_eval.evaluator, "get_git_commit_hash", lambda: None), \
          patch.object(lm_eval.api.model, "tqdm", no_bar), patch.object(lm_eval.api.task, "tqdm", no_bar):
         yield
+
+# %% ../nbs/00b_patches.ipynb #6b7d8c14
+@_registered("lm-eval", "0.4.13", ["lm_eval.utils:apply_template", "lm_eval.utils:env"],
+             "apply_template compiles its Jinja template on every call; no cache or switch is offered")
+def cache_lm_eval_templates():
+    "From here on, lm-eval renders each template compiled once per process (the same text)."
+    import lm_eval.utils
+    if getattr(lm_eval.utils.apply_template, "compiled_once", False): return
+    compiled = functools.lru_cache(maxsize=1024)(lm_eval.utils.env.from_string)   # a template string: immutable
+    def apply_template(template: str, doc: dict) -> str: return compiled(template).render(**doc)
+    apply_template.compiled_once = True
+    lm_eval.utils.apply_template = apply_template
 
 # %% ../nbs/00b_patches.ipynb #a28d0c02
 @_registered("datasets", "5.2.0", ["datasets.config:HF_HUB_OFFLINE"],

@@ -6,7 +6,8 @@
 from __future__ import annotations
 import ast, json, os
 from pathlib import Path
-from .config import ConfigError, DataError, RunConfig, load_config, config_from_args, read_config_file, to_dict
+from .config import (ConfigError, DataError, RunConfig, load_config, config_from_args, read_config_file,
+                          startup_seconds, to_dict)
 from .tokenizer import GPT2_VOCAB
 from .indexed import indexed_paths, load_blend
 from . import jobs
@@ -152,6 +153,8 @@ def _model_of(checkpoint) -> RunConfig | None:
 def preflight(args) -> RunConfig | None:
     "Check the launch `args` asks for, torch-free; the run's config (None: nothing to check); `ConfigError` if not."
     c = args.command
+    if c in ("train", "eval", "generate") or (c == "job" and args.job_command in ("run", "submit")):
+        startup_seconds()                                  # $MTNLG_STARTUP_S, read again by every rank at its start
     if c == "job" and args.job_command in ("run", "submit"):
         params = jobs.given_parameters(args)
         if args.job_command == "submit":

@@ -553,6 +553,7 @@ _DSETS: dict = {}
 def task_config(name: str, k: int = 0, data=None) -> dict:
     "The lm-eval task config of `name` at `k` shots: lm-eval's YAML, our overlay, the local data, no self-shots."
     import datasets
+    patches.cache_lm_eval_templates()                       # each template compiled once, not once a document
     y = task_yaml(name, k).yaml
     base = patches.load_lm_eval_yaml(_lm_eval_tasks() / y["extends"]) if "extends" in y else {}
     cfg = {**base, **{key: v for key, v in y.items() if key not in MTNLG_KEYS}}

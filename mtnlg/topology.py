@@ -9,16 +9,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 import torch
 import torch.distributed as dist
-from .config import ConfigError, ParallelConfig, RunConfig, atomic_write_text, is_verbose
+from .config import (ConfigError, ParallelConfig, RunConfig, STARTUP_ENV, atomic_write_text, is_verbose,
+                          startup_seconds)
 from . import patches
 
 # %% auto #0
 __all__ = ['MEGATRON_NOTICES', 'RUNTIME_NOTICES', 'QUIET_LOGGERS', 'M_TRIM_THRESHOLD', 'M_MMAP_MAX', 'IDLE_LIMIT_S', 'BEAT_EVERY',
-           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'STARTUP_S', 'quiet_megatron',
-           'parse_partition', 'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology',
-           'gather_hosts', 'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group',
-           'broadcast_waiting', 'from_leader', 'gather_waiting', 'wait_for_every_rank', 'launch_store',
-           'init_distributed', 'seed_all', 'shutdown', 'init_fake_world']
+           'SILENT_AFTER', 'HUNG_EXIT', 'ENDED', 'HUNG_FILE_ENV', 'GLOO_LAZY_ENV', 'quiet_megatron', 'parse_partition',
+           'check_layout', 'cpu_bf16_matmul', 'apply_cpu_patches', 'cpu_malloc_reuse', 'Topology', 'gather_hosts',
+           'tp_groups_across_hosts', 'hosts_summary', 'end_job', 'Heartbeat', 'lazy_gloo_group', 'broadcast_waiting',
+           'from_leader', 'gather_waiting', 'wait_for_every_rank', 'launch_store', 'init_distributed', 'seed_all',
+           'shutdown', 'init_fake_world']
 
 # %% ../nbs/02_topology.ipynb #65f403c2
 import re, warnings
@@ -322,8 +323,6 @@ def _stop_watch():
     _WAIT_GROUP, _HEARTBEAT = None, None
 
 # %% ../nbs/02_topology.ipynb #5a7d0c02
-STARTUP_S = 1800                # how long the first rank waits for the last at start-up (at least timeout_s)
-
 def wait_for_every_rank(store, rank: int, world: int, wait: timedelta, key: str = "mtnlg/started"):
     "Return once `world` ranks called this with `key` on `store`; after `wait` without them, one error saying who."
     store.set(f"{key}/{rank}", "1")
@@ -340,7 +339,7 @@ def wait_for_every_rank(store, rank: int, world: int, wait: timedelta, key: str 
         named = f" (not: ranks {listed})" if missing else ""
         raise RuntimeError(f"{arrived} of {world} ranks started within {wait.total_seconds():g} s{named}: the others' "
                            "hosts are down or still importing, or they joined another launch (MASTER_ADDR, "
-                           "MASTER_PORT); raise mtnlg.topology.STARTUP_S for a slow shared file system")
+                           f"MASTER_PORT); for a slow shared file system set {STARTUP_ENV} (seconds) for every rank")
 
 
 # %% ../nbs/02_topology.ipynb #5a7d0c06
@@ -349,7 +348,7 @@ _STARTS = 0                     # process groups this process has started (each 
 def launch_store(rank: int, world: int, timeout_s: float):
     "The launch's store (env://: torchrun's agent's, else rank 0's) once every rank reached it; then `timeout_s`."
     global _STARTS
-    wait = timedelta(seconds=max(timeout_s, STARTUP_S))
+    wait = timedelta(seconds=max(timeout_s, startup_seconds()))
     store, _, _ = next(dist.rendezvous("env://", rank, world, timeout=wait))
     _STARTS += 1
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")

@@ -1,6 +1,6 @@
 """Worker of tests/test_startup.py: two ranks whose rank 1 starts LATE_S seconds after rank 0 reached its start.
 
-`python startup_worker.py OUT TIMEOUT_S LATE_S STARTUP_S` under torchrun, or as a plain process with RANK, WORLD_SIZE,
+`python startup_worker.py OUT TIMEOUT_S LATE_S` under torchrun, or as a plain process with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set (as srun starts ranks). Rank 0 marks OUT/rank0.arrived just before
 `init_distributed`; rank 1 waits for that mark, then LATE_S more (so the lag is LATE_S however slowly either
 imported). Both then all-reduce their rank + 1. Each rank writes OUT/rank<R>.json: the sum, or the error.
@@ -13,7 +13,6 @@ import mtnlg.topology as topology
 from mtnlg.config import ParallelConfig
 
 out, timeout_s, late_s = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-topology.STARTUP_S = float(sys.argv[4])            # the control sets 0: wait no longer than timeout_s
 # what init_distributed does before it reaches the store, done before the mark: the lag is then LATE_S at the store
 topology.patches.import_megatron()
 topology.patches.import_deepspeed_muon()

@@ -165,3 +165,14 @@ def test_plan_prints_the_paper_jobs_interval_loss_and_overhead(capsys):
     assert "checkpoints: every 108 steps" in capsys.readouterr().out        # the bandwidth the user sets
     assert main(["plan", "--preset", "gpt3-1.3b", "--tp", "1", "--pp", "1", "--nodes", "1", "--gpus-per-node", "1"]) == 0
     assert "checkpoints:" not in capsys.readouterr().out                    # control: not a paper preset
+
+
+def test_a_start_up_wait_that_is_not_seconds_is_refused_at_submit_and_a_number_passes(tmp_path):
+    "Every rank reads $MTNLG_STARTUP_S at its start (mtnlg.topology.launch_store): a bad one is refused before queueing."
+    flags = ("job", "submit", TRAIN_NOTEBOOK, "-p", "preset", "tiny", "--dry-run", "--runs-dir", tmp_path,
+             *layout_flags(load_config("tiny", validate=False)))
+    p, heavy = mtnlg(*flags, env=ENV | {"MTNLG_STARTUP_S": "half an hour"})
+    assert p.returncode == 2 and heavy == [] and not list(tmp_path.iterdir()), p.stderr
+    assert "MTNLG_STARTUP_S='half an hour': must be seconds >= 0" in p.stderr, p.stderr
+    p, _ = mtnlg(*flags, env=ENV | {"MTNLG_STARTUP_S": "3600"})          # control: a number of seconds
+    assert p.returncode == 0, p.stderr
