@@ -3,7 +3,7 @@
 a killed rank leaves what it had). To profile a test's processes (its workers, launched ranks), import it from the
 sitecustomize the suite puts on every child's path, for that run only:
 
-    echo 'import sys; sys.path.insert(0, "benchmarks"); import stack_sampler' >> tests/strict/sitecustomize.py
+    echo "import sys; sys.path.insert(0, '$PWD/benchmarks'); import stack_sampler" >> tests/strict/sitecustomize.py
     STACK_SAMPLES_DIR=/tmp/samples .venv/bin/python -m pytest tests/test_studies.py -p no:cacheprovider
     git checkout tests/strict/sitecustomize.py
     .venv/bin/python benchmarks/stack_shares.py /tmp/samples OUT.json
