@@ -1,15 +1,15 @@
-"""A sampling profiler for every Python process a test starts: a thread that records the main thread's stack every
-0.2 s and writes {argv, wall, CPU seconds, stacks: counts} to $STACK_SAMPLES_DIR/<pid>.json (every 5 s and at exit, so
-a killed rank leaves what it had). To profile a test's processes (its workers, launched ranks), import it from the
-sitecustomize the suite puts on every child's path, for that run only:
+"""A sampling profiler for every Python process a test starts: a thread that records the main thread's stack
+every 0.2 s and writes {argv, wall, CPU seconds, stacks: counts} to $STACK_SAMPLES_DIR/<pid>.json (every 5 s and
+at exit, so a killed rank leaves what it had). To profile a test's processes (its workers, launched ranks), import
+it from the sitecustomize the suite puts on every child's path, for that run only:
 
     echo "import sys; sys.path.insert(0, '$PWD/benchmarks'); import stack_sampler" >> tests/strict/sitecustomize.py
     STACK_SAMPLES_DIR=/tmp/samples .venv/bin/python -m pytest tests/test_studies.py -p no:cacheprovider
     git checkout tests/strict/sitecustomize.py
     .venv/bin/python benchmarks/stack_shares.py /tmp/samples OUT.json
 
-Wall samples, not CPU: on a loaded machine a waiting process and a starved one look alike; compare shares within a
-process, and CPU seconds (`cpu`) across processes."""
+Wall samples, not CPU: on a loaded machine a waiting process and a starved one look alike; compare shares within
+a process, and CPU seconds (`cpu`) across processes."""
 import collections, json, os, sys, threading, time
 
 DIR = os.environ.get("STACK_SAMPLES_DIR")

@@ -1,5 +1,5 @@
-"""Seconds of wall samples per process and per named part (a function on the stack) from benchmarks/stack_sampler.py's
-dumps: where a test's processes spent their time. Writes OUT.json.
+"""Seconds of wall samples per process and per named part (a function on the stack) from the dumps of
+benchmarks/stack_sampler.py: where a test's processes spent their time. Writes OUT.json.
 
     .venv/bin/python benchmarks/stack_shares.py SAMPLES_DIR OUT.json"""
 import glob, json, sys

@@ -108,7 +108,7 @@ EXACT = ("parameters", "optimizer")            # byte-equal categories; the othe
 SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags), or
 SMALL_OF_PEAK = 0.002   # this share of the rank's peak, whichever is more
 OLD = "bfe00f7"         # the planner before it counted DeepSpeed's padding, buckets and ZeRO 0 (the control)
-DRAWN = (("named", 5), (SEED, DRAWS))   # the rows tests/plan_draws_worker.py dry-runs: its 5 NAMED, the seed's draws
+DRAWN = (("named", 5), (SEED, DRAWS))   # what tests/plan_draws_worker.py dry-runs: its 5 NAMED, the seed's draws
 
 
 def misses(r, planned, comm, ckpt) -> list[str]:
@@ -149,7 +149,7 @@ def held(P, cfg, r, new: bool) -> list[str]:
 
 @pytest.fixture(scope="module")
 def drawn(one_process) -> dict:
-    "The named rows and the seed's `DRAWS` configurations, dry-run by the one worker process: {'named': .., SEED: ..}."
+    "The named rows and the seed's `DRAWS` configurations, dry-run by the worker process: {'named': .., SEED: ..}."
     rows = one_process["drawn"]
     return {what: [x for x in rows if x["set"] == str(what)] for what, _ in DRAWN}
 
