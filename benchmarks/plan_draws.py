@@ -6,11 +6,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 import test_dryrun as T                                         # noqa: E402  (its draws, comparison and control)
-from plan_draws_worker import config                            # noqa: E402
+from plan_draws_worker import config, rows as dry_runs          # noqa: E402
 from mtnlg import plan as P                                     # noqa: E402
 
 t0 = time.time()
-rows, old = T.draws(T.SEED, T.DRAWS), T.old_planner()
+rows, old = list(dry_runs([str(T.SEED), str(T.DRAWS)])), T.old_planner()
 worst, counted, missed, old_missed = {}, 0, [], 0
 for x in rows:
     if x["refused"]: continue

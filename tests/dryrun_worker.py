@@ -1,11 +1,13 @@
-"""The dry runs of tests/test_dryrun.py that are not its random draws or its `mtnlg` entry-point run, in one process
+"""The dry runs of tests/test_dryrun.py that are not its `mtnlg` entry-point run, in one process
 (each process would pay torch's, DeepSpeed's and megatron-core's imports again): the 530B rank over 80 GB and another
 TP and DP rank, the counting on real tensors, the fast dry run against the full one, `--fake-steps 1` and an uncounted
-setting. `mtnlg plan --fake-run` runs here through `mtnlg.cli.main`, as the `mtnlg` command runs it; several dry runs
-in one process are what the command does for several `--ranks`. One JSON object, the last line of stdout.
-Usage: python tests/dryrun_worker.py"""
-import contextlib, io, json
+setting; then the draws of tests/plan_draws_worker.py (its `rows`) that ARGV names. `mtnlg plan --fake-run` runs
+here through `mtnlg.cli.main`, as the `mtnlg` command runs it; several dry runs in one process are what the command
+does for several `--ranks`. One JSON object, the last line of stdout.
+Usage: python tests/dryrun_worker.py [SEED-or-named ROWS ...]"""
+import contextlib, io, json, sys
 import mtnlg.dryrun as D
+import plan_draws_worker
 from mtnlg.cli import main
 from mtnlg.config import ConfigError, load_config
 
@@ -27,11 +29,18 @@ def counting() -> list[dict]:
     return [dict(r["measured"], peak=r["peak_bytes"]) for r in runs]
 
 
+# micro-batches of the full run: past the fast run's 2 and 3, so each stage's traffic, and the memory of the
+# stages whose micro-batches in flight stop growing before 3 (the middle and last), are extrapolated; the first
+# stage's 3 in flight are reached (as at any count past 3)
+FULL = 4
+
+
 def fast() -> dict:
-    """A first, middle and last stage, fast (2 and 3 micro-batches) and full (7); then, with a budget of 0 bytes, rank
-    0's fast dry run again, which reads the dry run it already made (`reused`: the refusal is of that very run)."""
+    """A first, middle and last stage, fast (2 and 3 micro-batches) and full (`FULL`); then, with a budget of 0
+    bytes, rank 0's fast dry run again, which reads the dry run it already made (`reused`: the refusal is of that
+    very run)."""
     cfg = D.with_micro_batches(load_config("tiny", overrides=dict(layers=6, hidden=128, heads=4, seq=128, tp=2, pp=3,
-                                           micro_batch=1, checkpoint_activations=1, precision="bf16")), 7)
+                                           micro_batch=1, checkpoint_activations=1, precision="bf16")), FULL)
     dry_run, bookkeeping, made, reused = D.dry_run, D.BOOKKEEPING, {}, []
     def once(*a, **kw):
         "`dry_run`, each call's arguments run once."
@@ -57,4 +66,6 @@ if __name__ == "__main__":
     one = cli("plan", "--fake-run", "--preset", "tiny", "--fake-steps", "1")
     two = cli("plan", "--fake-run", "--preset", "tiny", "--set", "precision=bf16", "--set",
               "parallel.checkpoint_activations=2")
-    print(json.dumps(dict(over=over, other=other, one_step=one, two_steps=two, counting=counting(), fast=fast())))
+    drawn = list(plan_draws_worker.rows(sys.argv[1:]))
+    print(json.dumps(dict(over=over, other=other, one_step=one, two_steps=two, counting=counting(), fast=fast(),
+                          drawn=drawn)))

@@ -1,6 +1,6 @@
 """Dry runs of drawn small configurations, one JSON line each: the draw, what the dry run measured, what the planner
 says (or the one line it refuses with). Run by tests/test_dryrun.py (argv: pairs of a seed, or "named" for the
-rows of `NAMED`, and a number of rows), all in one process."""
+rows of `NAMED`, and a number of rows), all in one process; tests/dryrun_worker.py runs its `rows` in its own."""
 import dataclasses, json, random, sys
 import mtnlg.dryrun as D, mtnlg.plan as P
 from mtnlg.config import ConfigError, load_config
@@ -40,9 +40,9 @@ NAMED = {"fp32 through ZeRO-1 (the tiny preset)": BASE,
          "recompute interval 3, micro-batch 2": dict(BASE, precision="bf16", interval=3, layers=6)}
 
 
-if __name__ == "__main__":
-    sets = sys.argv[1:]                          # pairs: a seed (or "named") and how many of its rows
-    for what, n in zip(sets[::2], map(int, sets[1::2])):
+def rows(argv: list[str]):
+    "Each row of the sets `argv` names (pairs: a seed, or 'named', and how many of its rows): a dict, one dry run."
+    for what, n in zip(argv[::2], map(int, argv[1::2])):
         rng = None if what == "named" else random.Random(int(what))
         for i in range(n):
             d = list(NAMED.values())[i] if rng is None else draw(rng)
@@ -51,4 +51,8 @@ if __name__ == "__main__":
             try: refused = P.check_counted(cfg)
             except ConfigError as e: refused = str(e)
             result = None if refused else D.with_plan(D.dry_run(cfg, rank, 2), cfg)     # a refused one: nothing to hold
-            print(json.dumps(dict(set=what, draw=d, index=i, rank=rank, refused=refused, result=result)), flush=True)
+            yield dict(set=what, draw=d, index=i, rank=rank, refused=refused, result=result)
+
+
+if __name__ == "__main__":
+    for row in rows(sys.argv[1:]): print(json.dumps(row), flush=True)

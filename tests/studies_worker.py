@@ -9,13 +9,23 @@ from execnb.shell import CaptureShell
 
 NBS = Path(__file__).resolve().parent.parent / "nbs"
 BATCH = 16                     # the ranks' scoring batch: every study at TP2 x PP2 asks this one
-# 4 documents a task: every property checked is per document (its examples, its log-likelihoods at both layouts), and
-# RACE-h's documents 4-7 still share a scored article (the control of the articles kept apart)
+# 4 documents a task the layouts compare: every property checked is per document (its examples, its log-likelihoods
+# at both layouts), and RACE-h's documents 4-7 still share a scored article (the control of the articles kept apart)
 ICL = dict(limit=4, shots="0,1", seeds="1,2", max_orders=2)
-STUDIES = {f"icl_{t}": ("16_icl.ipynb", dict(task=t)) for t in ("hellaswag", "race_h")}     # with ICL's settings
-STUDIES["bias"] = ("15_bias.ipynb", dict(samples=2))
+COMPARED = ("hellaswag", "race_h")      # the tasks the ICL study runs at TP2 x PP2 too
+ONE_ONLY_LIMIT = 2      # documents of the other seven tasks (one process only): each property is per document
+
+
+def limit(task: str) -> int:
+    "Documents `task`'s ICL study scores here: `ICL`'s limit for a task both layouts run, else `ONE_ONLY_LIMIT`."
+    return ICL["limit"] if task in COMPARED else ONE_ONLY_LIMIT
+
+
+STUDIES = {f"icl_{t}": ("16_icl.ipynb", dict(task=t)) for t in COMPARED}     # with ICL's settings
+# one continuation a prompt: 46 rows, every prompt of every study; the sentiment intervals stay clustered by prompt
+STUDIES["bias"] = ("15_bias.ipynb", dict(samples=1))
 AGAIN = dict(max_new_tokens=10, do_sample=True, temperature=1.0, top_p=0.9, seed=1234, per_row=True)  # 15_bias's
-# the draw again: the first batch of the study's rows (16 of 92), at every place of it; a prefix, since row i draws
+# the draw again: the first batch of the study's rows (16 of 46), at every place of it; a prefix, since row i draws
 # stream (seed, i)
 AGAIN_ROWS = BATCH
 
@@ -81,7 +91,8 @@ def main(out: Path, data: str) -> None:
     "The ICL study on each paper task at one process (OUT/one/<task>), then the studies at TP2 x PP2 (OUT/tp2pp2)."
     from mtnlg.tasks import PAPER_TASKS
     for task in PAPER_TASKS:                            # one process: the libraries load once for all nine
-        run_notebook("16_icl.ipynb", task=task, **ICL, out_dir=str(out / "one" / task), data=data)
+        run_notebook("16_icl.ipynb", task=task, **(ICL | dict(limit=limit(task))), out_dir=str(out / "one" / task),
+                     data=data)
     studies_on_shared_ranks(out / "tp2pp2", data)
 
 

@@ -21,9 +21,11 @@ def plan_dry_run(*argv) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def one_process():
-    "tests/dryrun_worker.py: the dry runs below that are not the draws or the `mtnlg` command's own run, one process."
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "dryrun_worker.py")], capture_output=True, text=True,
-                       cwd=ROOT, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    """tests/dryrun_worker.py: the dry runs below that are not the `mtnlg` command's own run, the draws (`DRAWN`)
+    included, in one process."""
+    argv = [str(x) for pair in DRAWN for x in pair]
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "dryrun_worker.py"), *argv], capture_output=True,
+                       text=True, cwd=ROOT, timeout=3000, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert p.returncode == 0, p.stderr[-4000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -106,6 +108,7 @@ EXACT = ("parameters", "optimizer")            # byte-equal categories; the othe
 SMALL = 64 * 2 ** 10    # bytes of bookkeeping that do not grow with the model (token ids, RNG states, flags), or
 SMALL_OF_PEAK = 0.002   # this share of the rank's peak, whichever is more
 OLD = "bfe00f7"         # the planner before it counted DeepSpeed's padding, buckets and ZeRO 0 (the control)
+DRAWN = (("named", 5), (SEED, DRAWS))   # what tests/plan_draws_worker.py dry-runs: its 5 NAMED, the seed's draws
 
 
 def misses(r, planned, comm, ckpt) -> list[str]:
@@ -144,26 +147,11 @@ def held(P, cfg, r, new: bool) -> list[str]:
     return misses(r, mem, P.step_comm_bytes(cfg, s), P.rank_checkpoint_bytes(cfg, s, r["tp_rank"], r["dp_rank"]))
 
 
-def draw_sets(*sets) -> dict:
-    "The worker's dry runs (tests/plan_draws_worker.py, one process) of each (seed or 'named', rows): {seed: rows}."
-    argv = [str(x) for pair in sets for x in pair]
-    p = subprocess.run([sys.executable, "plan_draws_worker.py", *argv], cwd=ROOT / "tests",
-                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=3000)
-    assert p.returncode == 0, p.stderr[-4000:]
-    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    return {what: [x for x in rows if x["set"] == str(what)] for what, _ in sets}
-
-
-def draws(seed: int, n: int) -> list[dict]:
-    "The worker's dry runs of `n` drawn configurations of `seed` (or of the 'named' rows), one dict each."
-    return draw_sets((seed, n))[seed]
-
-
 @pytest.fixture(scope="module")
-def drawn() -> dict:
-    "The named rows and the seed's `DRAWS` configurations, dry-run by one worker process: {'named': .., SEED: ..}."
-    from plan_draws_worker import NAMED
-    return draw_sets(("named", len(NAMED)), (SEED, DRAWS))
+def drawn(one_process) -> dict:
+    "The named rows and the seed's `DRAWS` configurations, dry-run by the worker process: {'named': .., SEED: ..}."
+    rows = one_process["drawn"]
+    return {what: [x for x in rows if x["set"] == str(what)] for what, _ in DRAWN}
 
 
 @pytest.mark.slow
@@ -204,6 +192,7 @@ def test_named_regressions_right_now_and_wrong_before(drawn):
     from plan_draws_worker import NAMED, config
     from mtnlg import plan as P
     old = old_planner()
+    assert len(drawn["named"]) == len(NAMED), "DRAWN: dry-run every named row"
     for name, x in zip(NAMED, drawn["named"]):
         cfg, r = config(x["draw"]), x["result"]
         if x["draw"]["interval"] > 1:
