@@ -48,11 +48,12 @@ def corpus(tmp_path_factory, fixture_data):
 
 
 STEPS, SAVED = 4, 2         # each run's steps, and the step its resumes start from (2 steps each side of it)
+GLOBAL_BATCH = 8            # sequences a step: one micro-batch of 2 a rank at DP4, two at DP2 (a pipeline to fill)
 
 
 def _train_job(name, ranks, run, layout, corpus, **kw):
     s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": STEPS,
-         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
+         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4, "global_batch": GLOBAL_BATCH}
     s.update(kw.pop("set", {}))
     return dict(name=name, kind="train", ranks=ranks, run=str(run), set=s, **kw)
 
