@@ -5,13 +5,16 @@ check, and writes OUT/<job>.json (rank 0) or OUT/<job>.err<rank>.json (any rank 
 
 - train: `train(cfg, run, resume)`; with `copy` the job first copies another job's run folder and points
   `latest` at one of its steps (the resume of a run saved at another layout);
-- verify (with train): after loading, every tensor fragment of master weights and Adam moments this rank holds
-  equals the same rectangle of the checkpoint's full tensors, exactly;
+- verify (with train): after `train()` loaded the checkpoint (its `_build` wrapped), before its first step, every
+  tensor fragment of master weights and Adam moments this rank holds equals the same rectangle of the
+  checkpoint's full tensors, exactly;
 - dropout: Megatron's RNG rules at TP2 (hidden-state masks equal on both TP ranks, attention streams differ);
 - memory: peak host memory of each rank in every phase (init, save, async save, load, evaluation and generation
   loads, export on rank 0, and a positive control holding one whole tensor), each measured alone (the peak reset)
-  in processes of their own launch, the allocator set first so that every freed block >= 64 KiB goes back to the
-  system (a `train()` before would have kept freed memory in the heap, where reuse hides from the peak);
+  in a process of its own, forked from the rank before anything else ran there (`fork`: the launch's first phases),
+  the allocator set first so that every freed block >= 64 KiB goes back to the system (a `train()` before would
+  have kept freed memory in the heap, where reuse hides from the peak); the child's exit frees all it held (an
+  engine is kept alive by its own backward hooks), so the training phases after it run as in a launch of their own;
 - relayout: the memory job's checkpoint loaded at another layout: peak memory, bytes read against bytes asked for,
   and the same load through DCP's own reader (the positive control of the bytes read).
 
@@ -41,19 +44,15 @@ def _copy(job, out):
         if int(d.name[4:]) > step: shutil.rmtree(d)
 
 
-def verify_loaded(cfg, run, out):
-    "Load the run's latest checkpoint at this layout; compare every fragment with the checkpoint's full tensors."
-    from mtnlg.train import _build
-    from mtnlg.checkpoint import engine_state, ADAM_KEYS
-    topo = init_distributed(cfg.parallel, timeout_s=120, run_cfg=cfg)
-    *_, engine, state, ck = _build(cfg, Path(run), True, topo)
+def verify_loaded(cfg, engine, state, ck, out):
+    "Every fragment this rank's engine loaded from checkpoint `ck` equals the same rectangle of its full tensors."
+    import torch.distributed.checkpoint as dcp
+    from mtnlg.checkpoint import engine_state, ADAM_KEYS, _LoadPlanner
     mine = engine_state(engine, cfg, ("model",) + ADAM_KEYS, saving=False)
     names = sorted({k.split("/", 1)[1] for k in mine})
     full = {}
     for key in ("model",) + ADAM_KEYS:                  # the checkpoint's whole tensors, read on this rank
         sd = {f"{key}/{n}": torch.empty(tuple(mine[f"{key}/{n}"].size())) for n in names}
-        import torch.distributed.checkpoint as dcp
-        from mtnlg.checkpoint import _LoadPlanner
         dcp.load(sd, checkpoint_id=str(ck), planner=_LoadPlanner(), no_dist=True)
         full.update(sd)
     bad, n = [], 0
@@ -63,18 +62,21 @@ def verify_loaded(cfg, run, out):
             n += 1
             if not torch.equal(t, want): bad.append(k)
     out.update(verified_pieces=n, verified_bad=bad, loaded_step=state["step"])
-    if bad: raise AssertionError(f"rank {topo.rank}: loaded fragments differ from the checkpoint: {bad[:3]}")
-    shutdown()
+    if bad: raise AssertionError(f"rank {os.environ['RANK']}: loaded fragments differ from the checkpoint: {bad[:3]}")
 
 
 def run_train(job, out):
-    from mtnlg.train import train
+    "`train()`; with `verify`, the engine it resumes is checked against the checkpoint after the load, before step 1."
+    import mtnlg.train as T
     cfg = load_config("tiny", overrides=job["set"])
-    if job.get("verify"):
-        verify_loaded(cfg, job["run"], out)
-        os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)   # a fresh port for the second group
-    state = train(cfg, job["run"], resume=job.get("resume", False), progress=False)
-    out.update(state=state)
+    build = T._build
+    def verified_build(*args):
+        plan, train_ds, valid_ds, engine, state, ck = got = build(*args)
+        verify_loaded(cfg, engine, state, ck, out)
+        return got
+    if job.get("verify"): T._build = verified_build       # the training run's own load is the one verified
+    try: out.update(state=T.train(cfg, job["run"], resume=job.get("resume", False), progress=False))
+    finally: T._build = build
 
 
 def run_dropout(job, out):
@@ -146,9 +148,9 @@ def _one_step(engine, cfg, topo):
     engine.train_batch(iter([(m[:, :-1], m[:, 1:]) for m in t.split(cfg.parallel.micro_batch)]))
 
 
-def _warm_up(run, libc):
+def _warm_up(run, libc, exports: bool):
     "Import and run once what the phases use, so that no phase counts a library's first load."
-    import transformers, safetensors.torch                                # noqa: F401 (export's imports)
+    if exports: import transformers, safetensors.torch                    # noqa: F401 (export's, on its one rank)
     from mtnlg.config import ModelConfig, RunConfig
     from mtnlg.model import FullInit
     from mtnlg.checkpoint import write_weights, read_tensors
@@ -194,7 +196,7 @@ def run_memory(job, out):
     cfg = load_config("tiny", overrides=job["set"])
     topo = init_distributed(cfg.parallel, timeout_s=300, run_cfg=cfg)
     run = Path(job["run"])
-    _warm_up(run / f"warm{topo.rank}", libc)
+    _warm_up(run / f"warm{topo.rank}", libc, exports=topo.rank == 0)
     measure = lambda name, fn: _measure(out, name, fn, libc)
     module = measure("init", lambda: init_parameters(build_pipeline(cfg, topo), cfg.model, cfg.seed))
     out.update(_sizes(module))
@@ -282,10 +284,37 @@ def run_damaged(job, out):
     shutdown()
 
 
+def run_forked(fn, job, out):
+    "`fn(job, out)` in a child forked from this rank: a heap nothing has shaped, all it held freed at its exit."
+    path = Path(sys.argv[2]) / f"{job['name']}.fork{os.environ['RANK']}"      # its `out` (not *.json: not collected)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn(job, out)
+            code = 0
+        except BaseException as e:
+            out["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        finally:
+            try: path.write_text(json.dumps(out))
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    got = json.loads(path.read_text()) if path.exists() else {}
+    path.unlink(missing_ok=True)
+    if "error" in got or code: raise RuntimeError(f"forked {job['kind']} job (exit {code}): {got.get('error')}")
+    out.update(got)
+
+
 def run_job(job, out):
-    "One job of the plan in its sub-world (tests/subworld.py)."
+    "One job of the plan in its sub-world (tests/subworld.py); with `fork`, in a child of this rank."
     if int(os.environ["RANK"]) == 0 and job.get("copy"): _copy(job, out)
     kinds = dict(train=run_train, dropout=run_dropout, memory=run_memory, relayout=run_relayout, damaged=run_damaged)
+    if job.get("fork"): return run_forked(kinds[job["kind"]], job, out)
     kinds[job["kind"]](job, out)
 
 

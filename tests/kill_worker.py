@@ -6,13 +6,13 @@ Each case does what `mtnlg train [--resume]` does for a run of 2 ranks: the run'
 changes written as the launcher writes it (`prepare_run`), then two ranks (forked, with RANK, WORLD_SIZE, MASTER_ADDR
 and a fresh MASTER_PORT, as torchrun sets them) that each run the launched rank's entry (`mtnlg.train.worker_main`),
 the case's fault injection in their environment. When a rank exits with an error, the others get SIGTERM (SIGKILL
-after 30 s), as torchrun's agent does. Writes OUT/<case>.json: the run's step-8 folder afterwards (`folder_state`),
-rc (the first failing rank's exit code) and out (both ranks' output). The launcher's own failure message after a
-kill is tested through `mtnlg train` (tests/test_train.py).
+after 30 s), as torchrun's agent does. Writes OUT/<case>.json: the run's checkpoint folder of the case's `step`
+afterwards (`folder_state`), rc (the first failing rank's exit code) and out (both ranks' output). The launcher's own
+failure message after a kill is tested through `mtnlg train` (tests/test_train.py).
 
 A case with `from` (a config.json) and its own `run` starts that new run instead of resuming.
 
-Usage: python kill_worker.py PLAN.json OUT_DIR; PLAN: {"run": RUN, "cases": [{"name", "set", "env"}, ...]}
+Usage: python kill_worker.py PLAN.json OUT_DIR; PLAN: {"run": RUN, "cases": [{"name", "step", "set", "env"}, ...]}
 """
 import json, os, signal, socket, sys, time, traceback
 from pathlib import Path
@@ -20,7 +20,7 @@ from pathlib import Path
 GRACE_S = 30            # torchrun's agent: SIGTERM to the other ranks, SIGKILL after this
 
 
-def folder_state(run, step=8) -> dict:
+def folder_state(run, step: int) -> dict:
     "What a run's checkpoint folder of `step` holds, and what `latest` names."
     from mtnlg.train import read_metrics
     d = Path(run) / "checkpoints" / f"step{step:08d}"
@@ -87,7 +87,8 @@ def run_case(run: Path, case: dict, out: Path) -> dict:
             for other in pids:
                 if other not in codes: os.kill(other, signal.SIGKILL)
         time.sleep(0.05)
-    return dict(folder_state(run), rc=first_failed or 0, out="".join(f.read_text() for f in logs))
+    logged = "".join(f.read_text() for f in logs)
+    return dict(folder_state(run, case.get("step", 0)), rc=first_failed or 0, out=logged)
 
 
 if __name__ == "__main__":

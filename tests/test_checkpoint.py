@@ -1,16 +1,16 @@
 """Sharded, layout-free checkpoints (mtnlg.checkpoint) across real multi-process layouts.
 
-ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, the library's training path:
-TP2 x PP2 x DP2 fp32 (ZeRO-1) for 6 steps saving at 3, then resumes of its step-3 checkpoint at (1,1,1),
-(1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3): each first checks that every fragment it loaded equals the
-checkpoint exactly (read back through DCP's own reader), then trains steps 4-6, whose losses must equal the
-original run's within 1e-5. bf16 with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at
-PP2 x DP2 with every fp32 master and Adam moment fragment exact.
-Megatron's dropout RNG rules at TP2. A second launch, of fresh processes: per-rank peak host memory of every
-phase (each measured alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose
-largest tensor is 8x the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's
-reader as the control), and the bytes each rank hashes to verify the files it reads (each file by one rank: a share
-of the checkpoint, where one rank hashing every file is the control).
+ONE 8-process torchrun launch (tests/checkpoint_worker.py) runs, in sub-worlds, first (each rank's part in a child
+forked from it before anything ran there, a fresh heap): per-rank peak host memory of every phase (each measured
+alone, with a positive control) on a model whose full state is 8.6x a rank's shard and whose largest tensor is 8x
+the allowance, the bytes a load at a new layout reads against the bytes it needs (DCP's reader as the control), and
+the bytes each rank hashes to verify the files it reads (each file by one rank: a share of the checkpoint, where one
+rank hashing every file is the control). Then the library's training path: TP2 x PP2 x DP2 fp32 (ZeRO-1) for 4 steps
+saving at 2, then resumes of its step-2 checkpoint at (1,1,1), (1,4,2), (2,1,4) and (4,2,1) (blocks split 1 + 3):
+each checks, once the training run has loaded it, that every fragment it loaded equals the checkpoint exactly (read
+back through DCP's own reader), then trains steps 3-4, whose losses must equal the original run's within 1e-5. bf16
+with dropout on at TP2 x DP2 (ZeRO-1) resumes at its own layout bit-exactly, and at PP2 x DP2 with every fp32 master
+and Adam moment fragment exact. Megatron's dropout RNG rules at TP2.
 
 Then training on 2 ranks (DP2, ZeRO-1): a kill -9 at every point of a save (`COMPLETE` but the old `latest`, in
 `mtnlg train` as users run it; a data file half written; every data file but no `.metadata`; `.metadata` but no
@@ -47,12 +47,13 @@ def corpus(tmp_path_factory, fixture_data):
     return str(d / "shakespeare")
 
 
-STEPS, SAVED = 6, 3         # each run's steps, and the step its resumes start from (3 steps each side of it)
+STEPS, SAVED = 4, 2         # each run's steps, and the step its resumes start from (2 steps each side of it)
+GLOBAL_BATCH = 8            # sequences a step: one micro-batch of 2 a rank at DP4, two at DP2 (a pipeline to fill)
 
 
 def _train_job(name, ranks, run, layout, corpus, **kw):
     s = {"tp": layout[0], "pp": layout[1], "dp": layout[2], "zero": 1, "precision": "fp32", "steps": STEPS,
-         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4}
+         "save_interval": SAVED, "data": corpus, "seed": 1, "lr": 2e-3, "layers": 4, "global_batch": GLOBAL_BATCH}
     s.update(kw.pop("set", {}))
     return dict(name=name, kind="train", ranks=ranks, run=str(run), set=s, **kw)
 
@@ -67,9 +68,14 @@ RELAYOUT = dict(MEMORY, tp=1, pp=2, dp=4)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, corpus):
-    "The one 8-process launch; ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
+def launched(tmp_path_factory, corpus):
+    """The one 8-process launch: first the memory phases, each rank's in a child forked from it before anything ran
+    there (a fresh heap, all of it freed at the child's exit), then the training phases; (`collect`'s dict, runs)."""
     out, runs = tmp_path_factory.mktemp("ck_out"), tmp_path_factory.mktemp("ck_runs")
+    memory = dict(name="memory", kind="memory", fork=True, per_rank=True, ranks=[0, 8], run=str(runs / "memory"),
+                  set=MEMORY)
+    relayout = dict(name="relayout", kind="relayout", fork=True, per_rank=True, ranks=[0, 8], set=RELAYOUT,
+                    **{"from": str(runs / "memory")})
     base = _train_job("base", [0, 8], runs / "base", (2, 2, 2), corpus)
     resumes = {n: _train_job(n, [0, l[0] * l[1] * l[2]], runs / n, l, corpus, resume=True, verify=True,
                              copy=[str(runs / "base"), SAVED], set=PARTITION.get(n, {})) for n, l in LAYOUTS.items()}
@@ -81,24 +87,25 @@ def results(tmp_path_factory, corpus):
     # phases do not wait for each other: a job reading another's run sits on the ranks that ran it, after it
     dropout = dict(name="dropout", kind="dropout", ranks=[1, 2], set={"tp": 2, "model.hidden_dropout": 0.5,
                                                                        "model.attention_dropout": 0.5})
-    plan = [[base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
+    plan = [[memory], [relayout], [base], [resumes["r142"]], [resumes["r214"]], [resumes["r421"]],
             [resumes["r111"], dropout, bf16], [bf16_resume], [bf16_relayout]]
-    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2)
-    res, per_rank, errors = got["jobs"], got["ranks"], got["errors"]
-    assert p.returncode == 0 and not errors, f"worker failed (rc {p.returncode}):\n" + "\n".join(errors) + p.stderr[-3000:]
-    return res, per_rank, runs
+    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", plan, out, ports_per_job=2, timeout=1500)
+    assert p.returncode == 0 and not got["errors"], \
+        f"worker failed (rc {p.returncode}):\n" + "\n".join(got["errors"]) + p.stderr[-3000:]
+    return got, runs
 
 
 @pytest.fixture(scope="module")
-def memory(tmp_path_factory):
-    "A second 8-process launch, of fresh processes (no `train()` has shaped their heap): {job: [each rank's result]}."
-    out, runs = tmp_path_factory.mktemp("mem_out"), tmp_path_factory.mktemp("mem_runs")
-    memory = dict(name="memory", kind="memory", per_rank=True, ranks=[0, 8], run=str(runs / "memory"), set=MEMORY)
-    relayout = dict(name="relayout", kind="relayout", per_rank=True, ranks=[0, 8], set=RELAYOUT,
-                    **{"from": str(runs / "memory")})
-    p, got = launch(ROOT / "tests" / "checkpoint_worker.py", [[memory], [relayout]], out, ports_per_job=2)
-    assert p.returncode == 0 and not got["errors"], "\n".join(got["errors"]) + p.stderr[-3000:]
-    return got["ranks"]
+def results(launched):
+    "The training phases: ({job: result of rank 0}, {job: [result of each rank]}, runs folder)."
+    got, runs = launched
+    return got["jobs"], got["ranks"], runs
+
+
+@pytest.fixture(scope="module")
+def memory(launched):
+    "The memory phases, in processes no `train()` has shaped: {job: [each rank's result]}."
+    return launched[0]["ranks"]
 
 
 def _losses(run): return [r["loss"] for r in read_metrics(run)]
@@ -106,7 +113,7 @@ def _losses(run): return [r["loss"] for r in read_metrics(run)]
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_resume_at_new_layout_loads_exactly_and_trains_on(results, name):
-    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 3 losses match (1e-5)."
+    "Fragments loaded at the new layout equal the saved tensors bit for bit; the next 2 losses match (1e-5)."
     res, _, runs = results
     assert res[name]["verified_bad"] == [] and res[name]["verified_pieces"] > 0 and res[name]["loaded_step"] == SAVED
     base, got = _losses(runs / "base"), _losses(runs / name)
@@ -129,7 +136,7 @@ def test_checkpoint_holds_full_shapes_and_no_bf16_copy(results):
 
 
 def test_bf16_dropout_same_layout_resume_is_bit_exact(results):
-    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 4-6 equal the uninterrupted run exactly."
+    "bf16, dropout 0.1, TP2 x DP2 with ZeRO-1: the resumed steps 3-4 equal the uninterrupted run exactly."
     _, _, runs = results
     a, b = _losses(runs / "bf16"), _losses(runs / "bf16_resume")
     assert len(a) == len(b) == STEPS and b == a
@@ -214,7 +221,7 @@ def test_each_rank_verifies_only_its_share_of_the_files(memory):
 # `mtnlg train` on 2 ranks: kills at every point of a save, async saves, prune while reading
 
 SMALL = ["--preset", "tiny", "--layers", "2", "--dp", "2", "--zero", "1", "--precision", "fp32",
-         "--global-batch", "8", "--lr", "2e-3", "--seed", "1", "--save-interval", "4", "--data", "mock", "--no-progress"]
+         "--global-batch", "8", "--lr", "2e-3", "--seed", "1", "--save-interval", "2", "--data", "mock", "--no-progress"]
 
 
 def _mtnlg_train(run, *args, env=None, check=True):
@@ -225,24 +232,34 @@ def _mtnlg_train(run, *args, env=None, check=True):
     return p
 
 
-# the first kill comes after the step-8 save is complete: that launch is also the uninterrupted sync run (copied);
-# the others are resumes of the run, each with the settings it changes
-KILLS = [("latest", "8:0:latest", {}), ("data", "8:1:data", {}), ("metadata", "8:0:metadata", {}),
-         ("complete", "8:0:complete", {}), ("async", "8:1:data", {"steps": 12, "checkpoint.async": True})]
+RUN_STEPS, COMMITTED = 4, 2     # the small run's steps (saves every 2); the last commit its killed resumes start from
+KILLED = COMMITTED + 1           # the save each resume is killed in: the first step after the commit (save_interval 1)
+NEXT = {"save_interval": 1}
+
+
+def _step(n): return f"step{n:08d}"
+
+
+# (point, MTNLG_INJECT_KILL_IN_SAVE, the step of the save killed, the settings the launch changes): the first kill
+# comes after the step-4 save is complete: that launch is also the uninterrupted sync run (copied); the others are
+# resumes of the run from step 2, each killed in its very next save (step 3)
+KILLS = [("latest", f"{RUN_STEPS}:0:latest", RUN_STEPS, {}), ("data", f"{KILLED}:1:data", KILLED, NEXT),
+         ("metadata", f"{KILLED}:0:metadata", KILLED, NEXT), ("complete", f"{KILLED}:0:complete", KILLED, NEXT),
+         ("async", f"{KILLED}:1:data", KILLED, dict(NEXT, **{"checkpoint.async": True}))]
 
 
 @pytest.fixture(scope="module")
 def small_runs(tmp_path_factory):
-    """One run killed at every point of its step-8 save: its first launch (`mtnlg train`), killed once its step-8
-    checkpoint was complete (only `latest` not moved), copied as the sync run; then, in ONE process that forks each
-    launch's 2 ranks (tests/kill_worker.py), an async run of the same 8 steps (saves at 4 and 8), the other kills,
-    resumes of the first run, and its last resume, to the end (sync saves again)."""
+    """One run killed at every point of a save: its first launch (`mtnlg train`), killed once its step-4 checkpoint
+    was complete (only `latest` not moved), copied as the sync run; then, in ONE process that forks each launch's 2
+    ranks (tests/kill_worker.py), an async run of the same 4 steps (saves at 2 and 4), the other kills, resumes of
+    the first run from step 2 killed in their step-3 save, and its last resume, to the end (sync saves again)."""
     root = tmp_path_factory.mktemp("small")
     run, seen = root / "killed", {}
-    (point, kill, _), *resumed = KILLS
-    p = _mtnlg_train(run, "--steps", "8", check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill})
-    seen[point] = dict(folder_state(run), rc=p.returncode, out=p.stdout + p.stderr)
-    shutil.copytree(run, root / "sync")                      # steps 1-8 uninterrupted, saves at 4 and 8 complete
+    (point, kill, step, _), *resumed = KILLS
+    p = _mtnlg_train(run, "--steps", RUN_STEPS, check=False, env={"MTNLG_INJECT_KILL_IN_SAVE": kill})
+    seen[point] = dict(folder_state(run, step), rc=p.returncode, out=p.stdout + p.stderr)
+    shutil.copytree(run, root / "sync")                      # steps 1-4 uninterrupted, saves at 2 and 4 complete
     out = root / "kills"
     out.mkdir()
     # the async run: each save's writing starts 2 steps later, its copy 1 s late: after the next optimizer step,
@@ -250,9 +267,11 @@ def small_runs(tmp_path_factory):
     cases = [dict(name="async_run", run=str(root / "async"), set={"checkpoint.async": True},
                   env={"MTNLG_INJECT_HOLD_WRITE": "2", "MTNLG_INJECT_SLOW_STAGING": "1"},
                   **{"from": str(root / "sync" / "config.json")})]
-    cases += [dict(name=point, set=changes, env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
-              for point, kill, changes in resumed]
-    cases += [dict(name="final", set={"checkpoint.async": False, "steps": 8}, env={})]       # to the end, sync
+    cases += [dict(name=point, step=step, set=changes,
+                   env={"MTNLG_INJECT_KILL_IN_SAVE": kill, "MTNLG_INJECT_HOLD_WRITE": "2"})
+              for point, kill, step, changes in resumed]
+    to_the_end = {"checkpoint.async": False, "save_interval": COMMITTED}                   # sync saves again
+    cases += [dict(name="final", step=RUN_STEPS, set=to_the_end, env={})]
     (out / "plan.json").write_text(json.dumps(dict(run=str(run), cases=cases)))
     k = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_worker.py"), str(out / "plan.json"), str(out)],
                        capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=1800)
@@ -272,37 +291,38 @@ def _stored(ck) -> dict:
     return sd
 
 
-@pytest.mark.parametrize("point", [k for k, _, _ in KILLS])
+@pytest.mark.parametrize("point", [k for k, *_ in KILLS])
 def test_kill_at_every_point_of_a_save_leaves_the_last_commit(small_runs, point):
-    "After the kill `latest` still names step 4, step 8 is no checkpoint to resume from; the disk shows where it died."
+    "After the kill `latest` still names step 2, the killed save is no checkpoint to resume from; the disk shows where."
     root, seen = small_runs
-    s, ref = seen[point], folder_state(root / "sync")
-    assert s["rc"] != 0 and s["latest"] == "step00000004", (s["rc"], s["out"][-3000:])
+    s, ref = seen[point], folder_state(root / "sync", RUN_STEPS)
+    assert s["rc"] != 0 and s["latest"] == _step(COMMITTED), (s["rc"], s["out"][-3000:])
     files = set(s["files"])
     want = {"data": lambda: "COMPLETE" not in files and ".metadata" not in files and "__1_0.distcp" in files,
             "metadata": lambda: {"__0_0.distcp", "__1_0.distcp", "rng/rank00000.pt", "rng/rank00001.pt"} <= files
                                 and ".metadata" not in files and "COMPLETE" not in files,
             "complete": lambda: {".metadata", "train_state.json"} <= files and "COMPLETE" not in files,
             "latest": lambda: "COMPLETE" in files,
-            # the step loop went on past the save (step 9 logged) before the held write began and was killed
-            "async": lambda: "COMPLETE" not in files and max(s["steps"]) >= 9}[point]
+            # the step loop went on past the save (step 4 logged) before the held write began and was killed
+            "async": lambda: "COMPLETE" not in files and max(s["steps"]) >= KILLED + 1}[point]
     assert want(), (point, s["files"], s["steps"])
-    n = min(len(s["losses"]), 8)
+    n = min(len(s["losses"]), RUN_STEPS)
     assert s["losses"][:n] == ref["losses"][:n]                 # every step logged before the kill is exact
 
 
 def test_resumes_after_the_kills_are_exact(small_runs):
-    "Each resume starts from step 4 and removes the unfinished folder; the run ends equal to the uninterrupted one."
+    "Each resume starts from step 2 and removes the unfinished folder; the run ends equal to the uninterrupted one."
     root, seen = small_runs
-    outs = [seen[k]["out"] for k, _, _ in KILLS[1:]] + [seen["final"]["out"]]
-    assert all("step00000004 (step 4" in o for o in outs)
-    removed = "removed unfinished checkpoint folders: step00000008"
-    cleaned = [k for (k, _, _), o in zip(KILLS, outs) if removed in o]
+    outs = [seen[k]["out"] for k, *_ in KILLS[1:]] + [seen["final"]["out"]]
+    assert all(f"{_step(COMMITTED)} (step {COMMITTED}" in o for o in outs)
+    removed = "removed unfinished checkpoint folders: "
+    cleaned = [k for (k, _, step, _), o in zip(KILLS, outs) if removed + _step(step) in o]
     assert cleaned == ["data", "metadata", "complete", "async"]          # `latest` left a complete, uncommitted one
-    final, ref = seen["final"], folder_state(root / "sync")
-    assert final["rc"] == 0 and final["latest"] == "step00000008" and final["steps"] == list(range(1, 9))
+    final, ref = seen["final"], folder_state(root / "sync", RUN_STEPS)
+    assert final["rc"] == 0 and final["latest"] == _step(RUN_STEPS)
+    assert final["steps"] == list(range(1, RUN_STEPS + 1))
     assert final["losses"] == ref["losses"]
-    a, b = (_stored(root / r / "checkpoints" / "step00000008") for r in ("killed", "sync"))
+    a, b = (_stored(root / r / "checkpoints" / _step(RUN_STEPS)) for r in ("killed", "sync"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -311,7 +331,7 @@ def test_async_saves_equal_sync_saves(small_runs):
     root, _ = small_runs
     assert read_metrics(root / "async") and [m["loss"] for m in read_metrics(root / "async")] == \
         [m["loss"] for m in read_metrics(root / "sync")]
-    for step in ("step00000004", "step00000008"):
+    for step in (_step(COMMITTED), _step(RUN_STEPS)):
         a, b = (root / r / "checkpoints" / step for r in ("async", "sync"))
         sa, sb = _stored(a), _stored(b)
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), step
