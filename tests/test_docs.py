@@ -86,9 +86,15 @@ def served(site):
     yield f"http://127.0.0.1:{srv.server_address[1]}/"
     srv.shutdown()
 
+# What the browser does not load but in the search test: the site's search index (2.7 MB), which each page fetches
+# and hands to Material's search worker to build its lunr index (half the CPU of a page's visit), dropped at the next
+# page. Nothing else a test reads depends on it (benchmarks/docs_survey.py: the same findings on every page).
+NO_SEARCH_INDEX = ["*/search/search_index.json"]
+
 @pytest.fixture(scope="session")
 def browser(tmp_path_factory):
     b = Browser(chromium_binary(), tmp_path_factory.mktemp("chromium-profile"))
+    b.call("Network.enable"); b.call("Network.setBlockedURLs", urls=NO_SEARCH_INDEX)
     yield b
     b.close()
 
@@ -150,16 +156,19 @@ def test_site_has_home_notebook_pages_api_and_search(site):
     assert not missing, \
         f"pages of notebooks committed without outputs: run `make outputs STEMS=\"{' '.join(missing)}\"`"
 
-@pytest.fixture(scope="session")
-def survey(site, served, browser) -> dict:
-    "Every page of the site opened once: what PAGE_INFO finds, its cut tables (TABLES_CUT), its stderr blocks."
-    out, _ = site
+def survey_pages(browser, out: Path, served: str) -> dict:
+    "Every page of the site `out` opened once: what PAGE_INFO finds, its cut tables (TABLES_CUT), its stderr blocks."
     info = {}
     for page in sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html") if p.name != "404.html"):
         browser.open(served + page)
         info[page] = dict(browser.eval(PAGE_INFO), tables_cut=browser.eval(TABLES_CUT + "(false)"),
                           stderr=browser.eval(STDERR_BLOCKS))
     return info
+
+@pytest.fixture(scope="session")
+def survey(site, served, browser) -> dict:
+    "Every page of the site opened once (`survey_pages`)."
+    return survey_pages(browser, site[0], served)
 
 @slow
 def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, served, survey):
@@ -194,6 +203,13 @@ def test_every_page_renders_its_plots_and_no_internal_link_is_broken(site, serve
 
 @slow
 def test_search_finds_a_notebook_page(served, browser):
+    browser.call("Network.setBlockedURLs", urls=[])                  # the one test that loads the search index
+    try: hits = search_hits(browser, served)
+    finally: browser.call("Network.setBlockedURLs", urls=NO_SEARCH_INDEX)
+    assert any("01_memory" in h for h in hits), hits
+
+def search_hits(browser, served: str) -> list[str]:
+    "The result links the home page's search box lists for 'planner'."
     browser.open(served + "index.html")
     # the query typed again each second until results show: one typed before the search worker has built its index
     # (seconds on a busy machine) is not run again when it is ready
@@ -204,7 +220,7 @@ def test_search_finds_a_notebook_page(served, browser):
       let n = 0; type(); const t = setInterval(() => {
         const r = Array.from(document.querySelectorAll('.md-search-result__link')).map(a => a.href);
         if (r.length || ++n > 500) { clearInterval(t); done(r); } else if (n % 10 == 0) type(); }, 100); })""")
-    assert any("01_memory" in h for h in hits), hits
+    return hits
 
 # mkdocs-jupyter's block for a cell's stderr (warnings, logs, progress bars), per page
 STDERR_BLOCKS = """Array.from(document.querySelectorAll('article [data-mime-type="application/vnd.jupyter.stderr"]'))
@@ -286,13 +302,12 @@ def test_formulas_render_as_math_from_the_local_mathjax(site, served, browser):
     assert math_problems(browser, url) == []
     n = browser.eval(MATH)["math"]
     assert n >= 50, n                                        # 01_memory's inline and display formulas
-    browser.call("Network.enable")
     try:
-        browser.call("Network.setBlockedURLs", urls=["*tex-mml-chtml.js"])      # control: no MathJax
+        browser.call("Network.setBlockedURLs", urls=NO_SEARCH_INDEX + ["*tex-mml-chtml.js"])   # control: no MathJax
         bad = math_problems(browser, url, wait=3.0)
         assert any("not typeset" in b for b in bad) and any("TeX delimiters" in b for b in bad), bad
     finally:
-        browser.call("Network.setBlockedURLs", urls=[]); browser.call("Network.disable")
+        browser.call("Network.setBlockedURLs", urls=NO_SEARCH_INDEX)
 
 # The code cells' width at the browser's 1280 px window: the width 110 characters of their font need, the width a
 # line has, and the code blocks that hide part of a line (scrolled sideways). `strip` removes the site's stylesheet.
