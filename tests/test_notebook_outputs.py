@@ -34,6 +34,7 @@ COMPUTED = {
     ("09_jobs", "render_sbatch(TESTNB"): "--time and --requeue-grace, and errors naming them",
     ("05b_curation", "steps_mb_per_cpu_s"): "a scale estimate from the throughputs recorded in RESULTS.md",
     ("02_topology", "a-launch-of-three"): "the start-up wait the cell sets (1 s), named in its error",
+    ("00_config", "half an hour"): "the start-up wait: its default and the value the cell sets",
 }
 # Outputs of notebooks remade outside the suite (`make outputs STEMS=12_demo_report`) that still show a run's
 # timings: (notebook, text of the cell's source) -> what to change there; the entry goes when the cell is fixed.
