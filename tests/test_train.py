@@ -138,6 +138,7 @@ def test_kill_one_rank_mid_checkpoint_then_resume_exactly(runs, killed_3d):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")    # export reads in one process
 def test_readme_relayout_then_eval_and_export(runs, killed_3d, tmp_path, fixture_data, capfd, cli_env):
     """The README's resume at a new layout with only the changed flags (TP, PP and DP all change: one process), then
     `mtnlg export` and `mtnlg eval --tp 2` (its ranks launched) on the checkpoint it wrote."""
