@@ -31,6 +31,7 @@ LAYOUT = dict(tp=2, pp=2, dp=2)
 OVERRIDES = dict(LAYOUT, steps=6, save_interval=2, data="mock", global_batch=8, precision="fp32")
 HANS = ROOT / "tests" / "data"                      # the committed HANS file: `--tasks hans --eval-dir tests/data`
 CLI = "import sys; from mtnlg.cli import main; sys.exit(main())"
+PROMPTS = "The first\nA tiny model\n"              # what `mtnlg generate` continues, on one host and in the job
 
 
 def local_env(**extra) -> dict:
@@ -122,7 +123,7 @@ def one_host_infer(reference, tmp_path_factory):
     "`mtnlg eval` and `mtnlg generate` of the reference on this machine outside Slurm, one process: the folder."
     one = tmp_path_factory.mktemp("one_host")
     prompts = one / "prompts.txt"
-    prompts.write_text("The first\nA tiny model\n")
+    prompts.write_text(PROMPTS)
     e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--eval-dir", HANS,
                "--log-samples", "--out", one / "eval", env=local_env())
     g1 = mtnlg("generate", "--checkpoint", reference, "--prompts", prompts, "--max-new-tokens", 6, "--quiet",
@@ -210,16 +211,18 @@ echo "generate rc=$?"
 """
 
 @pytest.mark.slow
-def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, one_host_infer, tmp_path):
+def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, request, tmp_path):
     "The job's ranks and results against the same on one host outside Slurm, on one process (`one_host_infer`)."
-    c, one = multihost_cluster, one_host_infer
-    prompts = one / "prompts.txt"
+    c = multihost_cluster
     out = tmp_path / "two"
     out.mkdir()
+    prompts = out / "prompts.txt"
+    prompts.write_text(PROMPTS)
     script = INFER_SCRIPT.format(root=ROOT, out=out, py=sys.executable, cli=CLI, run=reference, data=HANS,
                                  prompts=prompts)
     # when the time-limit test's job runs (submitted before), this one starts in its first hold after a requeue
     job = c.submit(script, "-N", "2", "--ntasks-per-node=4", "--time=00:30:00", name="infer")
+    one = request.getfixturevalue("one_host_infer")     # made here while the job waits or runs
     info = c.wait_job(job, timeout=900)
     log = c.output(job, "infer")
     assert info["JobState"] == "COMPLETED" and "eval rc=0" in log and "generate rc=0" in log, (
