@@ -14,10 +14,10 @@ The one-host references run outside Slurm on this machine. Runs are tiny (6 step
 Slurm holds a requeued job CRED_EXPIRE + 1 s (91 s) before it starts again, and a stopped rank is named after its
 watcher's timeout: idle waits, filled with the module's other work. The time-limit test's job is submitted by the
 first test of the module and driven by a thread (`TimeLimitJob`) while the next tests run: the two-process checkpoint
-test and the one-host references during its first run (its stopped rank), the eval/generate and bad-input jobs in
-its first hold, the layout change's one-host reference during its second run, the host death test's job in its
-second hold; its third run (on h1) and the session's job in the host death's hold. Its own test, last, collects its
-checks.
+test and the one-host reference run during its first run (its stopped rank), the eval/generate (the one-host
+eval/generate made meanwhile) and bad-input jobs in its first hold, the layout change's one-host reference during its
+second run, the host death test's job in its second hold; its third run (on h1) and the session's job in the host
+death's hold. Its own test, last, collects its checks.
 """
 import collections, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
