@@ -12,10 +12,12 @@ study's session listens on loopback unless its ranks span hosts.
 The one-host references run outside Slurm on this machine. Runs are tiny (6 steps of the `tiny` preset, fp32).
 
 Slurm holds a requeued job CRED_EXPIRE + 1 s (91 s) before it starts again, and a stopped rank is named after its
-watcher's timeout: idle waits, filled with the module's other work. The host death's hold makes the one-host
-references; the time-limit test's job is submitted when the host death test is over and driven by a thread
-(`TimeLimitJob`) while the next tests run: the two-process checkpoint test during its stopped rank, the eval/generate
-and bad-input jobs in its first hold, the session's job in its second; its own test, last, collects its checks.
+watcher's timeout: idle waits, filled with the module's other work. The time-limit test's job is submitted by the
+first test of the module and driven by a thread (`TimeLimitJob`) while the next tests run: the two-process checkpoint
+test and the one-host reference run during its first run (its stopped rank), the eval/generate (the one-host
+eval/generate made meanwhile) and bad-input jobs in its first hold, the layout change's one-host reference during its
+second run, the host death test's job in its second hold; its third run (on h1) and the session's job in the host
+death's hold. Its own test, last, collects its checks.
 """
 import collections, json, os, shutil, subprocess, sys, threading, time
 from pathlib import Path
@@ -29,6 +31,7 @@ LAYOUT = dict(tp=2, pp=2, dp=2)
 OVERRIDES = dict(LAYOUT, steps=6, save_interval=2, data="mock", global_batch=8, precision="fp32")
 HANS = ROOT / "tests" / "data"                      # the committed HANS file: `--tasks hans --eval-dir tests/data`
 CLI = "import sys; from mtnlg.cli import main; sys.exit(main())"
+PROMPTS = "The first\nA tiny model\n"              # what `mtnlg generate` continues, on one host and in the job
 
 
 def local_env(**extra) -> dict:
@@ -120,7 +123,7 @@ def one_host_infer(reference, tmp_path_factory):
     "`mtnlg eval` and `mtnlg generate` of the reference on this machine outside Slurm, one process: the folder."
     one = tmp_path_factory.mktemp("one_host")
     prompts = one / "prompts.txt"
-    prompts.write_text("The first\nA tiny model\n")
+    prompts.write_text(PROMPTS)
     e1 = mtnlg("eval", "--checkpoint", reference, "--tasks", "hans", "--shots", 0, "--limit", 8, "--eval-dir", HANS,
                "--log-samples", "--out", one / "eval", env=local_env())
     g1 = mtnlg("generate", "--checkpoint", reference, "--prompts", prompts, "--max-new-tokens", 6, "--quiet",
@@ -157,51 +160,8 @@ def update_job(cluster, job, *updates):
     if updates: cluster.client("scontrol", "update", f"jobid={job}", *updates)
 
 
-@pytest.mark.slow
-def test_training_job_across_two_hosts_equals_the_one_host_run_and_resumes_after_a_host_death(
-        multihost_cluster, reference, request, tmp_path):
-    """One srun task a rank on 2 hosts x 4: ranks 0-3 on h1, 4-7 on h2, every step's loss the one-host run's. h2 is
-    killed after step 3: only its processes die, Slurm requeues the job, which waits for h2, then resumes from the
-    last complete checkpoint (step 2) on both hosts and goes on as uninterrupted."""
-    c = multihost_cluster
-    # rank 0 waits after step 3 (checkpoints at 2, 4, 6), so h2 dies at a known point
-    job, rd = submit_training(c, tmp_path, "two", "-p", "mode", "srun", "--requeue",
-                              env_extra={"MTNLG_INJECT_STALL": "3"})
-    run = rd / "train"
-    c.wait_until("step 3 of the first run", lambda: (run / "stalled-3").exists(), 900)
-    assert latest_checkpoint(run).name == "step00000002" and c.job(job)["JobState"] == "RUNNING"
-    (start,) = starts(run)
-    assert start["hosts"] == ["h1"] * 4 + ["h2"] * 4 and (start["job"], start["restart"]) == (job, 0)   # 4 a host
-    assert "ranks on 2 hosts: h1: ranks 0-3; h2: ranks 4-7" in job_log(rd, job)
-    first_run = losses(run)
-    assert sorted(first_run) == [1, 2, 3], first_run
-    c.kill_host("h2")
-    assert c.host_pids("h2") == [] and c.host_pids("h1"), "only h2's processes die"
-    # after SlurmdTimeout slurmctld marks h2 down and requeues the job; it waits (2 nodes asked, 1 left)
-    c.wait_job(job, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING", timeout=180)
-    assert c.node_states()["h2"].startswith("down"), c.node_states()
-    time.sleep(3)
-    assert c.job(job)["JobState"] == "PENDING", "the job must not run while one of its 2 hosts is down"
-    c.restart_slurmd("h2")
-    # Slurm holds the requeued job CRED_EXPIRE + 1 s (a retried RPC to the dead host lands first): this machine's
-    # CPUs are idle meanwhile, so the one-host references of the tests below are made now
-    request.getfixturevalue("reference_shrunk")
-    request.getfixturevalue("one_host_infer")
-    info = c.wait_job(job, timeout=900)
-    log = job_log(rd, job)
-    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and info["NodeList"] == "h[1-2]", log[-3000:]
-    first, second = starts(run)
-    assert first == start and second["hosts"] == ["h1"] * 4 + ["h2"] * 4, second
-    assert (second["restart"], second["resumed_from"], second["job"]) == (1, "step00000002", job)
-    assert "restart 1, resume=True" in log
-    ref = losses(reference)
-    assert all(abs(first_run[s] - ref[s]) <= 1e-5 for s in first_run), (first_run, ref)   # uninterrupted steps 1-3
-    assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
-    assert c.node_states() == {"h1": "idle", "h2": "idle"}
-
-
 # ---------------------------------------------------------------- which checkpoint (two ranks, two views)
-# (no cluster: it runs while the time-limit job's first run waits on its stopped rank)
+# (no cluster: it runs while the time-limit job, submitted here, starts and waits on its stopped rank)
 
 def test_rank0_picks_the_checkpoint_and_every_rank_must_see_it_alike(tmp_path, request):
     "Ranks whose views of the run folder differ: rank 0's pick wins over a stale `latest`; other files are refused."
@@ -251,16 +211,18 @@ echo "generate rc=$?"
 """
 
 @pytest.mark.slow
-def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, one_host_infer, tmp_path):
+def test_eval_and_generate_in_a_two_node_allocation(multihost_cluster, reference, request, tmp_path):
     "The job's ranks and results against the same on one host outside Slurm, on one process (`one_host_infer`)."
-    c, one = multihost_cluster, one_host_infer
-    prompts = one / "prompts.txt"
+    c = multihost_cluster
     out = tmp_path / "two"
     out.mkdir()
+    prompts = out / "prompts.txt"
+    prompts.write_text(PROMPTS)
     script = INFER_SCRIPT.format(root=ROOT, out=out, py=sys.executable, cli=CLI, run=reference, data=HANS,
                                  prompts=prompts)
     # when the time-limit test's job runs (submitted before), this one starts in its first hold after a requeue
     job = c.submit(script, "-N", "2", "--ntasks-per-node=4", "--time=00:30:00", name="infer")
+    one = request.getfixturevalue("one_host_infer")     # made here while the job waits or runs
     info = c.wait_job(job, timeout=900)
     log = c.output(job, "infer")
     assert info["JobState"] == "COMPLETED" and "eval rc=0" in log and "generate rc=0" in log, (
@@ -335,6 +297,52 @@ def test_bad_input_is_refused_before_any_rank_starts(multihost_cluster, referenc
     assert cyclic.count("REFUSED parallel.tp: tensor-parallel groups span hosts (ranks 0-1 on h1, h2") == 4, cyclic
 
 
+@pytest.mark.slow
+def test_training_job_across_two_hosts_equals_the_one_host_run_and_resumes_after_a_host_death(
+        multihost_cluster, reference, request, tmp_path):
+    """One srun task a rank on 2 hosts x 4: ranks 0-3 on h1, 4-7 on h2, every step's loss the one-host run's. h2 is
+    killed after step 3: only its processes die, Slurm requeues the job, which waits for h2, then resumes from the
+    last complete checkpoint (step 2) on both hosts and goes on as uninterrupted."""
+    c = multihost_cluster
+    held = time_limit_job_if_selected(request)
+    if held:                    # the time-limit job's second run: this machine makes the layout change's reference
+        request.getfixturevalue("reference_shrunk")
+        held.wait_held(2)       # this job's first run starts in that job's second hold
+    # rank 0 waits after step 3 (checkpoints at 2, 4, 6), so h2 dies at a known point
+    job, rd = submit_training(c, tmp_path, "two", "-p", "mode", "srun", "--requeue",
+                              env_extra={"MTNLG_INJECT_STALL": "3"})
+    run = rd / "train"
+    c.wait_until("step 3 of the first run", lambda: (run / "stalled-3").exists(), 900)
+    assert latest_checkpoint(run).name == "step00000002" and c.job(job)["JobState"] == "RUNNING"
+    (start,) = starts(run)
+    assert start["hosts"] == ["h1"] * 4 + ["h2"] * 4 and (start["job"], start["restart"]) == (job, 0)   # 4 a host
+    assert "ranks on 2 hosts: h1: ranks 0-3; h2: ranks 4-7" in job_log(rd, job)
+    first_run = losses(run)
+    assert sorted(first_run) == [1, 2, 3], first_run
+    c.kill_host("h2")
+    assert c.host_pids("h2") == [] and c.host_pids("h1"), "only h2's processes die"
+    # after SlurmdTimeout slurmctld marks h2 down and requeues the job; it waits (2 nodes asked, 1 left)
+    c.wait_job(job, until=lambda i: i.get("Restarts") == "1" and i["JobState"] == "PENDING", timeout=180)
+    assert c.node_states()["h2"].startswith("down"), c.node_states()
+    time.sleep(3)
+    assert c.job(job)["JobState"] == "PENDING", "the job must not run while one of its 2 hosts is down"
+    c.restart_slurmd("h2")
+    # Slurm holds the requeued job CRED_EXPIRE + 1 s (a retried RPC to the dead host lands first): the time-limit
+    # job's third run (on h1, given one host) and the session test's job run meanwhile
+    if selected(request, SESSION_TEST): request.getfixturevalue("session_job")
+    info = c.wait_job(job, timeout=900)
+    log = job_log(rd, job)
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1" and info["NodeList"] == "h[1-2]", log[-3000:]
+    first, second = starts(run)
+    assert first == start and second["hosts"] == ["h1"] * 4 + ["h2"] * 4, second
+    assert (second["restart"], second["resumed_from"], second["job"]) == (1, "step00000002", job)
+    assert "restart 1, resume=True" in log
+    ref = losses(reference)
+    assert all(abs(first_run[s] - ref[s]) <= 1e-5 for s in first_run), (first_run, ref)   # uninterrupted steps 1-3
+    assert_losses_equal(run, reference, range(1, 7))           # step 3 again, then 4-6, as uninterrupted
+    assert c.node_states() == {"h1": "idle", "h2": "idle"}
+
+
 SESSION_SCRIPT = """#!/bin/bash
 cd {root}
 export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
@@ -347,15 +355,20 @@ for tp, pp in ((2, 1), (2, 2)):                  # one node of 2 ranks (this one
 PYEOF
 """
 
+SESSION_TEST = "test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts"
+
+
+@pytest.fixture(scope="module")
+def session_job(multihost_cluster, reference) -> str:
+    "The session test's job, submitted by the first test that asks (the host death test, in its job's hold)."
+    return multihost_cluster.submit(SESSION_SCRIPT.format(root=ROOT, py=sys.executable, run=reference), "-N", "2",
+                                    "--ntasks-per-node=2", "--time=00:20:00", name="session")
+
+
 @pytest.mark.slow
-def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, reference, tmp_path,
-                                                                          request):
+def test_session_listens_on_loopback_unless_its_ranks_are_on_other_hosts(multihost_cluster, session_job):
     "In a 2-node allocation of 2 tasks a node: TP2 runs on this node (loopback), TP2 x PP2 on both (the host name)."
-    c = multihost_cluster
-    held = time_limit_job_if_selected(request)
-    if held: held.wait_held(2)                  # this job runs while Slurm holds the time-limit job a second time
-    job = c.submit(SESSION_SCRIPT.format(root=ROOT, py=sys.executable, run=reference), "-N", "2",
-                   "--ntasks-per-node=2", "--time=00:20:00", name="session")
+    c, job = multihost_cluster, session_job
     info = c.wait_job(job, timeout=900)
     log = c.output(job, "session")
     said = [l.split() for l in log.splitlines() if l.startswith("SESSION ")]
@@ -373,7 +386,8 @@ TIME_LIMIT_TEST = "test_a_stopped_rank_then_the_time_limit_signal_requeue_the_jo
 
 class TimeLimitJob:
     """The time-limit test's job, driven through its life by a thread from its submission on. Slurm holds it CRED_EXPIRE
-    + 1 s after each of its two requeues (see `update_job`); the other tests' jobs of this module run meanwhile."""
+    + 1 s after each of its two requeues (see `update_job`); the other tests' jobs of this module run meanwhile (its
+    third run waits for the host death test's job, which starts in its second hold, to leave h1)."""
     def __init__(self, cluster, runs):
         self.c = cluster
         self.job, self.rd = submit_training(cluster, runs, "hung", "--requeue",
@@ -397,7 +411,9 @@ class TimeLimitJob:
 
     def _drive(self):
         try: self.info = self._life()
-        except BaseException as e: self.error = e
+        except BaseException as e:
+            self.error = e
+            self.c.client("scancel", self.job, check=False)   # the module's next jobs do not wait behind it
         finally:
             for event in self.held.values(): event.set()
 
@@ -424,19 +440,23 @@ class TimeLimitJob:
                           or i["JobState"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=300)
         assert info.get("Restarts") == "2" and info["JobState"] == "PENDING", job_log(rd, job)[-4000:]
         # 3. the requeued job asks for 2 nodes: an operator lets it run on one, h1 (h2 leaves it: ExcNodeList; the
-        # host stays up for the jobs that run in this hold). NumCPUs too: Slurm keeps the job's 8 CPUs (2 nodes x 4
-        # tasks) after NumNodes=1 NumTasks=4 ('setting min_nodes from 2 to 1'), which only 2 hosts of 4 CPUs hold,
-        # and the job would stay PENDING
+        # host stays up for the host death test's job, which starts in this hold). NumCPUs too: Slurm keeps the
+        # job's 8 CPUs (2 nodes x 4 tasks) after NumNodes=1 NumTasks=4 ('setting min_nodes from 2 to 1'), which
+        # only 2 hosts of 4 CPUs hold, and the job would stay PENDING
         update_job(c, job, "NumNodes=1", "NumTasks=4", "NumCPUs=4")
         update_job(c, job, "ExcNodeList=h2")
         self.held[2].set()
         return c.wait_job(job, timeout=1800)
 
 
+def selected(request, test: str) -> bool:
+    "Whether the test named `test` runs in this session."
+    return any(getattr(item, "originalname", item.name) == test for item in request.session.items)
+
+
 def time_limit_job_if_selected(request) -> TimeLimitJob | None:
     "The time-limit test's job (submitted now if not yet) when that test runs in this session, else None."
-    if not any(getattr(item, "originalname", item.name) == TIME_LIMIT_TEST for item in request.session.items):
-        return None
+    if not selected(request, TIME_LIMIT_TEST): return None
     try: return request.getfixturevalue("time_limit_job")
     except pytest.skip.Exception: return None        # no cluster here: the caller's own work goes on without it
 
