@@ -127,12 +127,12 @@ SHARED_GROUPS = {"test_jobs": "slurm", "test_data": "slurm", "test_hosts": "mult
                  "test_curation_hosts": "multihost", "test_notebooks": "nbs", "test_docs": "nbs"}
 
 # Seconds of pytest time each group took in the last measured `make test` (benchmarks/RESULTS.md, 2026-11-29,
-# fourth session: its summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so
+# fifth session: its summary's "seconds per xdist group" line). The Makefile passes --no-loadscope-reorder, so
 # the workers take groups in this order, longest first, and end together (xdist's own order is by number of tests: a long group of few
 # tests started last made the suite wait on it alone). Groups not named here follow in collection order.
-GROUP_SECONDS = {"multihost": 685, "nbs": 623, "test_train": 284, "slurm": 266, "test_studies": 238,
-                 "test_checkpoint": 207, "test_package": 139, "test_dryrun": 132, "test_demo": 124, "test_alive": 102,
-                 "test_eval": 76, "test_generate": 72, "test_parallel": 63, "test_fewshot": 57, "test_fast_step": 52}
+GROUP_SECONDS = {"nbs": 599, "multihost": 511, "slurm": 220, "test_train": 174, "test_package": 151, "test_alive": 150,
+                 "test_checkpoint": 147, "test_dryrun": 128, "test_studies": 122, "test_demo": 98, "test_eval": 78,
+                 "test_curation_scale": 55, "test_fast_step": 53, "test_pipelined_scoring": 49, "test_parallel": 45}
 
 def _group(item) -> str:
     "The xdist group of a collected test."
